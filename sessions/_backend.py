@@ -1,0 +1,77 @@
+"""The storage boundary: what a backend must do, and the data that crosses it.
+
+A backend stores and loads batches atomically, nothing more. Staging, read-your-writes,
+``limit``, shielding, retries, idempotency bookkeeping and warnings all live in the core
+(:mod:`sessions._core`), once, for every backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Backend", "Batch", "Row", "SessionInfo"]
+
+Row = tuple[int, str]
+"""One stored item: ``(key, json_text)``. ``key`` orders a session's items and
+identifies the row for a staged pop; it is opaque to the core."""
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One unit of commit: applied whole or not at all, and at most once per id.
+
+    Applied in this order: ``clear`` deletes every stored item of the session, else
+    ``pops`` deletes exactly these rows (all must still exist, otherwise the backend
+    raises :class:`~sessions.errors.ConflictError`); then ``items`` are appended,
+    contiguous and in order, after every item already stored.
+    """
+
+    batch_id: str
+    clear: bool
+    pops: tuple[int, ...]
+    items: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """Metadata kept per session by the store."""
+
+    session_id: str
+    item_count: int
+    created_at: datetime
+    updated_at: datetime
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The storage layer under a session. Implementations must be safe to share
+    between many sessions and tasks of one event loop."""
+
+    #: ``apply`` is one database transaction (all batches or none).
+    atomic: bool
+    #: ``apply`` skips batches whose id was already applied.
+    idempotent: bool
+
+    async def load(self, session_id: str, limit: int | None) -> list[Row]:
+        """The latest ``limit`` stored rows (all when ``None``), oldest first."""
+        ...
+
+    async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
+        """Apply ``batches`` in order, in one transaction, skipping already-applied ids.
+
+        Raises :class:`~sessions.errors.TransientStorageError` for failures worth a
+        retry, :class:`~sessions.errors.ConflictError` when a popped row is gone, and
+        :class:`~sessions.errors.StorageError` for anything else.
+        """
+        ...
+
+    async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
+        """Which of ``batch_ids`` are recorded as applied for this session."""
+        ...
+
+    async def close(self) -> None:
+        """Release the backend's resources. Idempotent."""
+        ...

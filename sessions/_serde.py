@@ -1,0 +1,124 @@
+"""Item <-> JSON text, shared by every backend.
+
+Items are snapshotted as JSON text the moment they are staged, so later mutation of
+the caller's dicts changes nothing, and so that no live object (an Agent, a pydantic
+model, a run result) can ever be held by a session.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from .errors import InvalidItemError
+
+logger = logging.getLogger("sessions")
+
+_encode_fast = json.JSONEncoder(
+    ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=True
+).encode
+# Used only when the fast form cannot be encoded as UTF-8 (a lone surrogate):
+# \uXXXX escapes round-trip exactly and every database accepts them.
+_encode_ascii = json.JSONEncoder(
+    ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=True
+).encode
+_decode = json.JSONDecoder().decode
+
+
+_MAX_DEPTH = 500
+
+
+def _check_keys(value: Any, depth: int) -> None:
+    """Refuse what JSON would silently change: non-string keys and runaway nesting.
+
+    ``json`` turns ``{1: x}`` into ``{"1": x}``; such an item would not round-trip, so
+    it is refused up front. Values are left to the encoder (which refuses sets, bytes,
+    NaN, Infinity and arbitrary objects).
+    """
+    if depth > _MAX_DEPTH:
+        raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"dict key {key!r} is a {type(key).__name__}, not a str")
+            if isinstance(child, (dict, list, tuple)):
+                _check_keys(child, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for child in value:
+            if isinstance(child, (dict, list, tuple)):
+                _check_keys(child, depth + 1)
+
+
+def encode_item(item: Any, index: int = 0) -> str:
+    """Serialize one item to JSON text, or raise :class:`InvalidItemError`.
+
+    Accepted: a ``dict`` with string keys whose values are JSON values (``str``, ``int``,
+    finite ``float``, ``bool``, ``None``, ``list``/``tuple``, ``dict``).
+    """
+    if not isinstance(item, dict):
+        raise InvalidItemError(
+            f"item {index} is a {type(item).__name__}, not a dict: session items must be "
+            "JSON objects (the SDK's input items are plain dicts)",
+            index=index,
+            item_type=type(item).__name__,
+        )
+    try:
+        _check_keys(item, 0)
+        text = _encode_fast(item)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise InvalidItemError(
+            f"item {index} ({type(item).__name__}) is not JSON-serializable: {exc}",
+            index=index,
+            item_type=type(item).__name__,
+        ) from exc
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = _encode_ascii(item)
+    return text
+
+
+def encode_items(items: Iterable[Any]) -> list[str]:
+    """Serialize every item or none: the first bad one raises, naming its index."""
+    if isinstance(items, (str, bytes, dict)) or not isinstance(items, Iterable):
+        raise InvalidItemError(
+            f"add_items() takes a list of items, not a {type(items).__name__}",
+            index=-1,
+            item_type=type(items).__name__,
+        )
+    return [encode_item(item, i) for i, item in enumerate(items)]
+
+
+def decode_item(text: str) -> Any:
+    """Parse stored JSON text. Raises ``ValueError`` on corrupt text."""
+    return _decode(text)
+
+
+def decode_rows(
+    rows: Sequence[tuple[int, str]], session_id: str
+) -> list[tuple[int, dict[str, Any]]]:
+    """Decode stored rows, skipping (and logging) any that is corrupt.
+
+    A corrupt row is never deleted and never hides the valid rows around it.
+    """
+    out: list[tuple[int, dict[str, Any]]] = []
+    for key, text in rows:
+        try:
+            value = _decode(text)
+        except (ValueError, TypeError) as exc:
+            logger.warning(
+                "session %r: skipping corrupt stored item (key %s): %s", session_id, key, exc
+            )
+            continue
+        if not isinstance(value, dict):
+            logger.warning(
+                "session %r: skipping stored item (key %s) that is a %s, not an object",
+                session_id,
+                key,
+                type(value).__name__,
+            )
+            continue
+        out.append((key, value))
+    return out

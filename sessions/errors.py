@@ -1,0 +1,116 @@
+"""The exceptions and warnings raised by :mod:`sessions`.
+
+Every error names what was wrong: the operation, the session and, where it
+matters, the state the session was in.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommitConflictError",
+    "CommitError",
+    "ConflictError",
+    "InvalidItemError",
+    "InvalidSessionIdError",
+    "LateWriteWarning",
+    "SessionClosedError",
+    "SessionError",
+    "StorageError",
+    "StoreClosedError",
+    "TransientStorageError",
+    "UncommittedChangesWarning",
+]
+
+
+class SessionError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class InvalidSessionIdError(SessionError, ValueError):
+    """A ``session_id`` that is not a usable key (empty, too long, not a string, NUL)."""
+
+
+class InvalidItemError(SessionError, TypeError):
+    """An item passed to ``add_items`` cannot be stored as JSON.
+
+    ``index`` is the item's position in the call and ``item_type`` its type name.
+    None of that call's items were staged.
+    """
+
+    def __init__(self, message: str, *, index: int, item_type: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.item_type = item_type
+
+
+class SessionClosedError(SessionError, RuntimeError):
+    """An operation was attempted on a session (or store) that is closed."""
+
+
+class StoreClosedError(SessionClosedError):
+    """The store a session is bound to has been closed."""
+
+
+class StorageError(SessionError):
+    """The database refused or failed an operation.
+
+    Raised by backends; the core turns failures of ``commit`` into :class:`CommitError`.
+    """
+
+
+class TransientStorageError(StorageError):
+    """A failure worth retrying: lost connection, busy database, serialization failure.
+
+    ``outcome_known`` is ``True`` when the backend knows the write did not reach the
+    database (for example it failed before the statement was sent).
+    """
+
+    def __init__(self, message: str, *, outcome_known: bool) -> None:
+        super().__init__(message)
+        self.outcome_known = outcome_known
+
+
+class ConflictError(StorageError):
+    """A staged pop refers to a stored item that another writer already removed.
+
+    The transaction was rolled back: nothing of the batch was applied.
+    """
+
+
+class CommitError(SessionError):
+    """``commit`` failed.
+
+    ``outcome_known`` tells whether the package knows that nothing of the batch
+    reached the database (``True``) or cannot tell (``False``: the connection was lost
+    while the database may have been committing). Either way the staged changes are
+    still staged: ``commit()`` again is safe, because each batch carries an id and is
+    applied at most once; ``rollback()`` discards them locally.
+    """
+
+    def __init__(
+        self, message: str, *, session_id: str, outcome_known: bool, attempts: int = 1
+    ) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.outcome_known = outcome_known
+        self.attempts = attempts
+
+
+class CommitConflictError(CommitError):
+    """``commit`` failed because a staged pop refers to an item another writer removed.
+
+    Nothing was applied (``outcome_known`` is ``True``). Retrying will fail the same
+    way: ``rollback()`` and read again.
+    """
+
+
+class UncommittedChangesWarning(ResourceWarning):
+    """A session was closed or garbage-collected while it still had staged changes."""
+
+
+class LateWriteWarning(RuntimeWarning):
+    """A write came from inside a ``transaction()`` block that had already ended.
+
+    Such writes are refused (logged, not staged). This category exists so that
+    applications can filter or escalate the log record's warning if they want to.
+    """
