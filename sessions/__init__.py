@@ -7,23 +7,63 @@ cancellation-shielded ``commit()``.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from . import errors
-from ._backend import Backend, Batch, SessionInfo
+from ._backend import AdminBackend, Backend, Batch, SessionInfo
 from ._core import BufferedSession, PendingChanges, RetryPolicy
 from ._store import Store
 from .sqlite import SQLiteSession, SQLiteStore
 
+if TYPE_CHECKING:
+    from ._url import open_store
+    from .postgres import PostgresSession, PostgresStore
+    from .wrapper import TransactionalSession
+
 __all__ = [
+    "AdminBackend",
     "Backend",
     "Batch",
     "BufferedSession",
     "PendingChanges",
+    "PostgresSession",
+    "PostgresStore",
     "RetryPolicy",
     "SQLiteSession",
     "SQLiteStore",
     "SessionInfo",
     "Store",
+    "TransactionalSession",
     "errors",
+    "open_store",
 ]
 
 __version__ = "0.1.0"
+
+# Imported on first use: the PostgreSQL backend needs the optional asyncpg driver.
+_LAZY = {
+    "PostgresSession": (".postgres", "postgres"),
+    "PostgresStore": (".postgres", "postgres"),
+    "TransactionalSession": (".wrapper", None),
+    "open_store": ("._url", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module_name, extra = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'sessions' has no attribute {name!r}") from None
+    try:
+        module = importlib.import_module(module_name, __name__)
+    except ImportError as exc:
+        if extra is None:
+            raise
+        raise ImportError(
+            f"sessions.{name} needs an optional dependency ({exc.name}): "
+            f"pip install 'txsessions[{extra}]'"
+        ) from exc
+    value = getattr(module, name)
+    globals()[name] = value
+    return value

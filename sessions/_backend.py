@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Backend", "Batch", "Row", "SessionInfo"]
+__all__ = ["AdminBackend", "Backend", "Batch", "Row", "SessionInfo"]
 
 Row = tuple[int, str]
 """One stored item: ``(key, json_text)``. ``key`` orders a session's items and
@@ -74,4 +74,30 @@ class Backend(Protocol):
 
     async def close(self) -> None:
         """Release the backend's resources. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class AdminBackend(Protocol):
+    """Store-wide operations (listing, export, purge). Implemented by the SQLite and
+    PostgreSQL backends; used by :class:`~sessions.Store` and the ``sessions`` CLI."""
+
+    async def list_sessions(self, *, limit: int, after: str | None) -> list[SessionInfo]:
+        """Sessions ordered by ``session_id``, the first ``limit`` after ``after``."""
+        ...
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        """Metadata of one session, ``None`` if it has never been committed to."""
+        ...
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete a session's items, batch records and metadata in one transaction."""
+        ...
+
+    async def stale_sessions(self, cutoff: datetime, *, limit: int) -> list[SessionInfo]:
+        """Up to ``limit`` sessions whose ``updated_at`` is before ``cutoff``."""
+        ...
+
+    async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
+        """Up to ``limit`` rows with key > ``after`` (all keys when ``None``), oldest first."""
         ...

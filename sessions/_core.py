@@ -105,7 +105,7 @@ class RetryPolicy:
             raise ValueError("RetryPolicy delays must be >= 0")
 
     def delay(self, attempt: int) -> float:
-        base = min(self.max_delay, self.initial_delay * (2 ** (attempt - 1)))
+        base: float = min(self.max_delay, self.initial_delay * (2.0 ** (attempt - 1)))
         return base * (0.5 + random.random() / 2)
 
 
@@ -226,8 +226,8 @@ class BufferedSession:
         self,
         session_id: str,
         *,
-        store: Store | None = None,
-        store_factory: Callable[[], Awaitable[Store]] | None = None,
+        store: Store[Any] | None = None,
+        store_factory: Callable[[], Awaitable[Store[Any]]] | None = None,
         autocommit: bool = False,
         session_settings: SessionSettings | None = None,
     ) -> None:
@@ -281,7 +281,7 @@ class BufferedSession:
         return any(not stage.empty() for stage in self._stages)
 
     @property
-    def store(self) -> Store | None:
+    def store(self) -> Store[Any] | None:
         """The store this session writes to (``None`` until an owned one is opened)."""
         return self._store
 
@@ -689,7 +689,9 @@ class BufferedSession:
             try:
                 done = await backend.applied(self.session_id, [b.batch_id for b in batches])
             except Exception as probe:  # noqa: BLE001 - reported in the error below
-                logger.info("session %r: could not resolve commit outcome: %s", self.session_id, probe)
+                logger.info(
+                    "session %r: could not resolve commit outcome: %s", self.session_id, probe
+                )
             else:
                 if len(done) == len(batches):
                     self._drop(stages)
@@ -738,6 +740,5 @@ def _coerce_settings(value: object) -> SessionSettings | None:
         _validate_limit(settings.limit)
         return settings
     raise TypeError(
-        f"session_settings must be an agents SessionSettings or a dict, got "
-        f"{type(value).__name__}"
+        f"session_settings must be an agents SessionSettings or a dict, got {type(value).__name__}"
     )

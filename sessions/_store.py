@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime, timedelta, timezone
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ._backend import Backend
+from ._backend import AdminBackend, Backend, SessionInfo
 from ._core import BufferedSession, RetryPolicy, shielded, validate_session_id
-from .errors import StoreClosedError
+from .errors import SessionError, StoreClosedError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -62,7 +64,7 @@ class Store(Generic[S]):
         validate_session_id(session_id)
         return self.session_class(
             session_id,
-            store=self,  # type: ignore[call-arg]
+            store=self,
             autocommit=autocommit,
             session_settings=session_settings,
         )
@@ -70,6 +72,62 @@ class Store(Generic[S]):
     def _check_open(self, operation: str) -> None:
         if self._closed:
             raise StoreClosedError(f"{operation}() on {type(self).__name__}: the store is closed")
+
+    # ---------------------------------------------------------------- store operations
+
+    def _admin(self, operation: str) -> AdminBackend:
+        self._check_open(operation)
+        backend = self._backend
+        if not isinstance(backend, AdminBackend):
+            raise SessionError(
+                f"{operation}(): {type(backend).__name__} does not support store operations"
+            )
+        return backend
+
+    async def list_sessions(
+        self, *, limit: int = 100, after: str | None = None
+    ) -> list[SessionInfo]:
+        """One page of sessions ordered by id: the first ``limit`` after ``after``."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        if after is not None:
+            validate_session_id(after)
+        return await self._admin("list_sessions").list_sessions(limit=limit, after=after)
+
+    async def iter_sessions(self, *, page_size: int = 500) -> AsyncIterator[SessionInfo]:
+        """Every session, ordered by id, fetched a page at a time."""
+        after: str | None = None
+        while True:
+            page = await self.list_sessions(limit=page_size, after=after)
+            for info in page:
+                yield info
+            if len(page) < page_size:
+                return
+            after = page[-1].session_id
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        """Metadata (item count, created, updated) of one session, or ``None``."""
+        validate_session_id(session_id)
+        return await self._admin("session_info").session_info(session_id)
+
+    async def delete_session(self, session_id: str) -> bool:
+        """Delete one session's history and metadata; ``False`` if it did not exist."""
+        validate_session_id(session_id)
+        return await self._admin("delete_session").delete_session(session_id)
+
+    async def purge(
+        self, older_than: timedelta, *, dry_run: bool = False, page_size: int = 500
+    ) -> list[SessionInfo]:
+        """Delete sessions not updated for ``older_than``; return what went (or would go)."""
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+            raise ValueError(f"older_than must be a non-negative timedelta, got {older_than!r}")
+        admin = self._admin("purge")
+        cutoff = datetime.now(timezone.utc) - older_than
+        stale = await admin.stale_sessions(cutoff, limit=2**62)
+        if not dry_run:
+            for info in stale:
+                await admin.delete_session(info.session_id)
+        return stale
 
     async def close(self) -> None:
         """Close the database handle (idempotent; waits for in-flight commits)."""

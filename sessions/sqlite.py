@@ -73,7 +73,7 @@ _SQL_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?
 _SQL_LOAD_ALL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq"
 _SQL_LOAD_TAIL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
 
-_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+_BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (named in sqlite3 only from Python 3.11)
 
 
 def _classify(exc: sqlite3.Error, operation: str) -> StorageError:
@@ -108,9 +108,7 @@ def _apply(conn: sqlite3.Connection, session_id: str, batches: Sequence[Batch]) 
                         "another writer"
                     )
             n = len(batch.items)
-            (base,) = conn.execute(
-                _SQL_BUMP, (session_id, now, n, batch.clear, removed)
-            ).fetchone()
+            (base,) = conn.execute(_SQL_BUMP, (session_id, now, n, batch.clear, removed)).fetchone()
             if n:
                 conn.executemany(
                     _SQL_INSERT,
@@ -197,9 +195,7 @@ class SQLiteBackend:
         except BaseException as exc:
             await conn.close()
             if isinstance(exc, sqlite3.Error):
-                raise StorageError(
-                    f"cannot set up SQLite database {path!r}: {exc}"
-                ) from exc
+                raise StorageError(f"cannot set up SQLite database {path!r}: {exc}") from exc
             raise
         return cls(conn, raw, path)
 
@@ -244,16 +240,69 @@ class SQLiteBackend:
 
     # ---------------------------------------------------------------- store operations
 
-    async def session_info(self, session_id: str) -> SessionInfo | None:
-        def query(conn: sqlite3.Connection) -> Any:
-            return conn.execute(
-                "SELECT session_id, item_count, created_at, updated_at FROM txs_sessions "
-                "WHERE session_id = ?",
-                (session_id,),
-            ).fetchone()
+    async def _query(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        def run(conn: sqlite3.Connection) -> list[Any]:
+            return conn.execute(sql, params).fetchall()
 
-        row = await self._run(query)
-        return None if row is None else _info(row)
+        try:
+            return await self._run(run)
+        except sqlite3.Error as exc:
+            raise _classify(exc, "read") from exc
+
+    async def list_sessions(self, *, limit: int, after: str | None) -> list[SessionInfo]:
+        rows = await self._query(
+            f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE session_id > ? "
+            "ORDER BY session_id LIMIT ?",
+            ("" if after is None else after, limit),
+        )
+        return [_info(row) for row in rows]
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        rows = await self._query(
+            f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE session_id = ?", (session_id,)
+        )
+        return _info(rows[0]) if rows else None
+
+    async def stale_sessions(self, cutoff: datetime, *, limit: int) -> list[SessionInfo]:
+        rows = await self._query(
+            f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE updated_at < ? "
+            "ORDER BY updated_at LIMIT ?",
+            (cutoff.timestamp(), min(limit, 2**62)),
+        )
+        return [_info(row) for row in rows]
+
+    async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
+        return await self._query(
+            "SELECT seq, data FROM txs_items WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            (session_id, -(2**62) if after is None else after, limit),
+        )
+
+    async def delete_session(self, session_id: str) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("DELETE FROM txs_items WHERE session_id = ?", (session_id,))
+                conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
+                existed = (
+                    conn.execute(
+                        "DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)
+                    ).rowcount
+                    > 0
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return existed
+
+        try:
+            return await self._run(run)
+        except sqlite3.Error as exc:
+            raise _classify(exc, "delete") from exc
+
+
+_INFO_COLUMNS = "session_id, item_count, created_at, updated_at"
 
 
 def _info(row: Sequence[Any]) -> SessionInfo:
@@ -369,4 +418,3 @@ class SQLiteSession(BufferedSession):
             autocommit=autocommit,
             session_settings=session_settings,
         )
-
