@@ -1,0 +1,52 @@
+"""A pass-through backend with hooks, to put a test exactly at a suspension point."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from sessions import Batch, Store
+
+Hook = Callable[[], Awaitable[None]]
+
+
+class ProxyBackend:
+    """Delegates to the real backend; ``before_*`` / ``after_*`` hooks run around calls."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.atomic = inner.atomic
+        self.idempotent = inner.idempotent
+        self.before_apply: Hook | None = None
+        self.after_apply: Hook | None = None
+        self.before_load: Hook | None = None
+        self.apply_calls = 0
+
+    async def load(self, session_id: str, limit: int | None) -> Any:
+        if self.before_load is not None:
+            await self.before_load()
+        return await self.inner.load(session_id, limit)
+
+    async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
+        self.apply_calls += 1
+        if self.before_apply is not None:
+            await self.before_apply()
+        await self.inner.apply(session_id, batches)
+        if self.after_apply is not None:
+            await self.after_apply()
+
+    async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
+        result: set[str] = await self.inner.applied(session_id, batch_ids)
+        return result
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def install_proxy(store: Store[Any]) -> ProxyBackend:
+    proxy = ProxyBackend(store.backend)
+    store._backend = proxy
+    return proxy

@@ -1,0 +1,76 @@
+"""Raw SQL against a test target, bypassing the package (fault injection, corruption)."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from tests.conftest import PG_DSN, Target
+
+
+async def execute(target: Target, sql: str, *args: Any) -> None:
+    """Run one statement. SQLite uses ``?`` placeholders, PostgreSQL ``$n``."""
+    if target.kind == "sqlite":
+        assert target.sqlite_path is not None
+        conn = sqlite3.connect(target.sqlite_path, isolation_level=None, timeout=10)
+        try:
+            conn.execute(sql, args)
+        finally:
+            conn.close()
+        return
+    import asyncpg
+
+    pg = await asyncpg.connect(PG_DSN)
+    try:
+        await pg.execute(f'SET search_path TO "{target.pg_schema}"')
+        await pg.execute(sql, *args)
+    finally:
+        await pg.close()
+
+
+def param(target: Target, n: int) -> str:
+    return f"?{n}" if target.kind == "sqlite" else f"${n}"
+
+
+async def corrupt_newest(target: Target, session_id: str, text: str = "{not json") -> None:
+    """Overwrite the newest stored item of a session with ``text``."""
+    p1, p2 = param(target, 1), param(target, 2)
+    await execute(
+        target,
+        f"UPDATE txs_items SET data = {p1} WHERE session_id = {p2} AND seq = "
+        f"(SELECT max(seq) FROM txs_items WHERE session_id = {p2})",
+        text,
+        session_id,
+    )
+
+
+async def add_poison_trigger(target: Target, session_id: str) -> None:
+    """Make the database reject, mid-batch, any item of ``session_id`` containing "poison"."""
+    if target.kind == "sqlite":
+        sid = session_id.replace("'", "''")
+        await execute(
+            target,
+            f"CREATE TRIGGER poison BEFORE INSERT ON txs_items "
+            f"WHEN NEW.session_id = '{sid}' AND NEW.data LIKE '%poison%' "
+            "BEGIN SELECT RAISE(ABORT, 'poisoned item'); END",
+        )
+        return
+    sid = session_id.replace("'", "''")
+    await execute(
+        target,
+        "CREATE OR REPLACE FUNCTION txs_test_poison() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        f"BEGIN IF NEW.session_id = '{sid}' AND NEW.data LIKE '%poison%' THEN "
+        "RAISE EXCEPTION 'poisoned item'; END IF; RETURN NEW; END $$",
+    )
+    await execute(
+        target,
+        "CREATE TRIGGER poison BEFORE INSERT ON txs_items FOR EACH ROW "
+        "EXECUTE FUNCTION txs_test_poison()",
+    )
+
+
+async def drop_poison_trigger(target: Target) -> None:
+    if target.kind == "sqlite":
+        await execute(target, "DROP TRIGGER IF EXISTS poison")
+    else:
+        await execute(target, "DROP TRIGGER IF EXISTS poison ON txs_items")

@@ -1,0 +1,476 @@
+"""Contract lines 4-7, 9, 10: atomic shielded commit, idempotency, contiguity, warnings,
+late writes, errors. Every test runs on every backend."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+from typing import Any
+
+import pytest
+
+from sessions import RetryPolicy, SQLiteSession, Store
+from sessions.errors import (
+    CommitError,
+    InvalidSessionIdError,
+    SessionClosedError,
+    SessionError,
+    StoreClosedError,
+    TransientStorageError,
+    UncommittedChangesWarning,
+)
+from tests.conftest import Target
+from tests.contract import raw
+from tests.contract.proxy import install_proxy
+
+
+def msg(text: str, role: str = "user") -> dict[str, Any]:
+    return {"role": role, "content": text}
+
+
+async def stored(target: Target, session_id: str) -> list[Any]:
+    other = await target.open()
+    return await other.session(session_id).get_items()
+
+
+# ------------------------------------------------------------------ line 4: one transaction
+
+
+async def test_commit_is_all_or_nothing_when_the_database_fails_mid_batch(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    session = store.session(sid)
+    await session.add_items([msg("before")])
+    await session.commit()
+    await raw.add_poison_trigger(target, sid)
+    try:
+        await session.pop_item()  # a staged pop of committed history...
+        await session.add_items([msg("a"), msg("b"), msg("poison"), msg("c")])  # ...and inserts
+        with pytest.raises(CommitError) as info:
+            await session.commit()
+        assert info.value.outcome_known is True
+        assert "poison" in str(info.value)
+        # Nothing of the batch is visible: the pop was not applied, no item was inserted.
+        assert await stored(target, sid) == [msg("before")]
+        # ...and the staged changes are still there.
+        assert session.pending.items == 4 and session.pending.pops == 1
+    finally:
+        await raw.drop_poison_trigger(target)
+    await session.commit()
+    assert await stored(target, sid) == [msg("a"), msg("b"), msg("poison"), msg("c")]
+    assert not session.has_pending
+
+
+async def test_commit_is_durable_when_it_returns(store: Store[Any], target: Target, sid: str) -> None:
+    session = store.session(sid)
+    await session.add_items([msg("1"), msg("2")])
+    await session.commit()
+    await store.close()  # nothing left to flush anywhere
+    assert await stored(target, sid) == [msg("1"), msg("2")]
+
+
+async def test_commit_with_nothing_staged_is_a_no_op(store: Store[Any], sid: str) -> None:
+    session = store.session(sid)
+    proxy = install_proxy(store)
+    await session.commit()
+    await session.commit()
+    assert proxy.apply_calls == 0
+
+
+async def test_commit_is_shielded_from_cancellation(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    session = store.session(sid)
+    proxy = install_proxy(store)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def gate() -> None:
+        entered.set()
+        await release.wait()
+
+    proxy.before_apply = gate
+    await session.add_items([msg("1"), msg("2"), msg("3")])
+    task = asyncio.create_task(session.commit())
+    await entered.wait()
+    task.cancel()
+    await asyncio.sleep(0)
+    task.cancel()  # cancelled twice while the commit is in flight
+    await asyncio.sleep(0)
+    assert not task.done(), "commit returned before its outcome was known"
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not session.has_pending
+    assert await stored(target, sid) == [msg("1"), msg("2"), msg("3")]
+
+
+async def test_commit_under_timeout_still_completes(store: Store[Any], target: Target, sid: str) -> None:
+    session = store.session(sid)
+    proxy = install_proxy(store)
+
+    async def slow() -> None:
+        await asyncio.sleep(0.2)
+
+    proxy.before_apply = slow
+    await session.add_items([msg("x")])
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):
+            await session.commit()
+    assert await stored(target, sid) == [msg("x")]
+    assert not session.has_pending
+
+
+async def test_items_added_while_a_commit_is_in_flight_stay_staged(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    session = store.session(sid)
+    proxy = install_proxy(store)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def gate() -> None:
+        entered.set()
+        await release.wait()
+
+    proxy.before_apply = gate
+    await session.add_items([msg("first")])
+    task = asyncio.create_task(session.commit())
+    await entered.wait()
+    await session.add_items([msg("second")])
+    release.set()
+    await task
+    proxy.before_apply = None
+    assert await stored(target, sid) == [msg("first")]
+    assert session.pending.items == 1
+    assert await session.get_items() == [msg("first"), msg("second")]
+    await session.commit()
+    assert await stored(target, sid) == [msg("first"), msg("second")]
+
+
+# ------------------------------------------------------------------ line 5: idempotent
+
+
+async def test_retry_after_an_attempt_that_reached_the_database_does_not_duplicate(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    session = store.session(sid)
+    proxy = install_proxy(store)
+    failures = iter([True, True])
+
+    async def lose_the_reply() -> None:
+        if next(failures, False):
+            raise TransientStorageError("connection lost after COMMIT", outcome_known=False)
+
+    proxy.after_apply = lose_the_reply  # the batch is stored, then the caller sees a failure
+    await session.add_items([msg("1"), msg("2")])
+    await session.commit()
+    assert proxy.apply_calls == 3
+    assert await stored(target, sid) == [msg("1"), msg("2")]
+
+
+async def test_caller_retry_after_unknown_outcome_does_not_duplicate(
+    target: Target, sid: str
+) -> None:
+    store = await target.open(retry=RetryPolicy(attempts=1))
+    session = store.session(sid)
+    proxy = install_proxy(store)
+
+    async def crash_after_write() -> None:
+        raise RuntimeError("driver crashed after the write")
+
+    proxy.after_apply = crash_after_write
+    await session.add_items([msg("1"), msg("2")])
+    with pytest.raises(CommitError) as info:
+        await session.commit()
+    assert info.value.outcome_known is False
+    assert "outcome unknown" in str(info.value)
+    assert session.pending.items == 2  # still staged: nothing is lost either way
+    proxy.after_apply = None
+    await session.commit()  # same batch id: the database skips it
+    assert await stored(target, sid) == [msg("1"), msg("2")]
+    assert await session.get_items() == [msg("1"), msg("2")]
+
+
+async def test_unknown_outcome_is_resolved_before_reads(target: Target, sid: str) -> None:
+    store = await target.open(retry=RetryPolicy(attempts=1))
+    session = store.session(sid)
+    proxy = install_proxy(store)
+
+    async def crash_after_write() -> None:
+        raise RuntimeError("reply lost")
+
+    proxy.after_apply = crash_after_write
+    await session.add_items([msg("1")])
+    with pytest.raises(CommitError):
+        await session.commit()
+    # The batch did reach the database: reads must not show it twice.
+    assert await session.get_items() == [msg("1")]
+    assert not session.has_pending
+
+
+async def test_exhausted_retries_say_whether_the_outcome_is_known(target: Target, sid: str) -> None:
+    store = await target.open(retry=RetryPolicy(attempts=3, initial_delay=0.001))
+    session = store.session(sid)
+    proxy = install_proxy(store)
+
+    async def busy() -> None:
+        raise TransientStorageError("database busy", outcome_known=True)
+
+    proxy.before_apply = busy
+    await session.add_items([msg("1")])
+    with pytest.raises(CommitError) as info:
+        await session.commit()
+    assert info.value.outcome_known is True
+    assert info.value.attempts == 3
+    assert "nothing applied" in str(info.value)
+    assert session.pending.items == 1
+    proxy.before_apply = None
+    await session.commit()
+    assert await stored(target, sid) == [msg("1")]
+
+
+# ------------------------------------------------------------------ line 6: contiguous batches
+
+
+async def test_concurrent_writers_keep_batches_contiguous(target: Target, sid: str) -> None:
+    stores = [await target.open() for _ in range(3)]  # three connections, like three processes
+
+    async def writer(w: int, store: Store[Any]) -> None:
+        session = store.session(sid)
+        for b in range(8):
+            await session.add_items([{"role": "user", "content": f"{w}:{b}:{i}"} for i in range(5)])
+            await session.commit()
+
+    await asyncio.gather(*(writer(w, stores[w % 3]) for w in range(6)))
+    items = await stored(target, sid)
+    assert len(items) == 6 * 8 * 5
+    seen: set[tuple[str, str]] = set()
+    next_batch = {str(w): 0 for w in range(6)}
+    for start in range(0, len(items), 5):
+        chunk = [item["content"].split(":") for item in items[start : start + 5]]
+        w, b = chunk[0][0], chunk[0][1]
+        assert [c for c in chunk] == [[w, b, str(i)] for i in range(5)], "torn batch"
+        assert int(b) == next_batch[w], "batches of one writer out of order"
+        next_batch[w] += 1
+        assert (w, b) not in seen
+        seen.add((w, b))
+
+
+# ------------------------------------------------------------------ line 7: leak warnings
+
+
+async def test_close_with_staged_changes_warns_and_writes_nothing(
+    store: Store[Any], target: Target, sid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = store.session(sid)
+    await session.add_items([msg("1"), msg("2")])
+    with caplog.at_level(logging.WARNING, logger="sessions"), pytest.warns(
+        UncommittedChangesWarning, match=sid
+    ):
+        await session.close()
+    assert any(sid in r.getMessage() and "2 staged item" in r.getMessage() for r in caplog.records)
+    assert await stored(target, sid) == []
+    await session.close()  # idempotent, and no second warning
+
+
+async def test_garbage_collected_session_with_staged_changes_warns(
+    store: Store[Any], sid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = store.session(sid)
+    await session.add_items([msg("1")])
+    with caplog.at_level(logging.WARNING, logger="sessions"), pytest.warns(
+        UncommittedChangesWarning, match=sid
+    ):
+        del session
+        gc.collect()
+    assert any(sid in r.getMessage() for r in caplog.records)
+
+
+async def test_clean_close_does_not_warn(store: Store[Any], sid: str) -> None:
+    session = store.session(sid)
+    await session.add_items([msg("1")])
+    await session.commit()
+    await session.close()  # filterwarnings=error would fail the test on any warning
+
+
+# ------------------------------------------------------------------ transaction()
+
+
+async def test_transaction_commits_on_normal_exit(store: Store[Any], target: Target, sid: str) -> None:
+    session = store.session(sid)
+    async with session.transaction():
+        await session.add_items([msg("1")])
+    assert await stored(target, sid) == [msg("1")]
+
+
+async def test_transaction_rolls_back_on_exception(store: Store[Any], target: Target, sid: str) -> None:
+    session = store.session(sid)
+    with pytest.raises(KeyError):
+        async with session.transaction():
+            await session.add_items([msg("1")])
+            raise KeyError("boom")
+    assert not session.has_pending
+    assert await stored(target, sid) == []
+
+
+async def test_transaction_rolls_back_on_cancellation(store: Store[Any], target: Target, sid: str) -> None:
+    session = store.session(sid)
+    started = asyncio.Event()
+
+    async def work() -> None:
+        async with session.transaction():
+            await session.add_items([msg("1")])
+            started.set()
+            await asyncio.sleep(3600)
+
+    task = asyncio.create_task(work())
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not session.has_pending
+    assert await stored(target, sid) == []
+
+
+async def test_transaction_does_not_nest(store: Store[Any], sid: str) -> None:
+    session = store.session(sid)
+    with pytest.raises(SessionError, match="does not nest"):
+        async with session.transaction():
+            async with session.transaction():
+                pass
+
+
+# ------------------------------------------------------------------ line 9: late writes
+
+
+async def test_writes_from_a_finished_transaction_are_refused(
+    store: Store[Any], target: Target, sid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = store.session(sid)
+    go = asyncio.Event()
+    late: asyncio.Task[None] | None = None
+
+    async def background_run() -> None:  # like a streamed run still going after the block
+        await go.wait()
+        await session.add_items([msg("late")])
+        await session.pop_item()
+        await session.clear_session()
+
+    with pytest.raises(asyncio.CancelledError):
+        async with session.transaction():
+            await session.add_items([msg("in time")])
+            late = asyncio.create_task(background_run())
+            raise asyncio.CancelledError  # the consumer is cancelled: rollback
+    assert late is not None
+    with caplog.at_level(logging.WARNING, logger="sessions"):
+        go.set()
+        await late
+    assert not session.has_pending
+    assert sum("refused" in r.getMessage() for r in caplog.records) == 3
+    await session.add_items([msg("next turn")])  # the caller's own later writes are fine
+    await session.commit()
+    assert await stored(target, sid) == [msg("next turn")]
+
+
+async def test_tasks_inside_a_live_transaction_can_write(store: Store[Any], target: Target, sid: str) -> None:
+    session = store.session(sid)
+    async with session.transaction():
+        await asyncio.create_task(session.add_items([msg("from a child task")]))
+    assert await stored(target, sid) == [msg("from a child task")]
+
+
+# ------------------------------------------------------------------ autocommit
+
+
+async def test_autocommit_makes_each_write_its_own_commit(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    session = store.session(sid, autocommit=True)
+    await session.add_items([msg("1"), msg("2"), msg("3")])
+    assert not session.has_pending
+    assert await stored(target, sid) == [msg("1"), msg("2"), msg("3")]
+    assert await session.pop_item() == msg("3")
+    assert await stored(target, sid) == [msg("1"), msg("2")]
+    await session.clear_session()
+    assert await stored(target, sid) == []
+
+
+async def test_autocommit_pop_is_shielded(store: Store[Any], target: Target, sid: str) -> None:
+    session = store.session(sid, autocommit=True)
+    await session.add_items([msg("1"), msg("2")])
+    proxy = install_proxy(store)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def gate() -> None:
+        entered.set()
+        await release.wait()
+
+    proxy.before_apply = gate
+    task = asyncio.create_task(session.pop_item())
+    await entered.wait()
+    task.cancel()
+    release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await stored(target, sid) == [msg("1")]
+    assert not session.has_pending
+
+
+# ------------------------------------------------------------------ line 10: errors, corruption
+
+
+async def test_closed_session_refuses_every_operation(store: Store[Any], sid: str) -> None:
+    session = store.session(sid)
+    await session.close()
+    for call in (
+        session.get_items(),
+        session.add_items([msg("x")]),
+        session.pop_item(),
+        session.clear_session(),
+        session.commit(),
+        session.rollback(),
+    ):
+        with pytest.raises(SessionClosedError, match="closed"):
+            await call
+
+
+async def test_session_on_a_closed_store_fails_loudly(target: Target, sid: str) -> None:
+    store = await target.open()
+    session = store.session(sid)
+    await store.close()
+    with pytest.raises(StoreClosedError, match="store is closed"):
+        await session.get_items()
+    with pytest.raises(StoreClosedError):
+        store.session(sid)
+
+
+async def test_a_borrowed_store_is_not_closed_by_its_sessions(store: Store[Any], sid: str) -> None:
+    session = store.session(sid)
+    await session.close()
+    assert not store.closed
+    other = store.session(sid)
+    assert await other.get_items() == []
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 5000, "nul\x00inside", 42, None, b"bytes", "\ud800"])
+async def test_invalid_session_id_is_refused_at_construction(store: Store[Any], bad: Any) -> None:
+    with pytest.raises(InvalidSessionIdError):
+        store.session(bad)
+    with pytest.raises(InvalidSessionIdError):
+        SQLiteSession(bad)
+
+
+async def test_corrupt_row_is_skipped_with_a_warning_and_hides_nothing(
+    store: Store[Any], target: Target, sid: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    session = store.session(sid)
+    await session.add_items([msg("1"), msg("2"), msg("3")])
+    await session.commit()
+    await raw.corrupt_newest(target, sid)
+    with caplog.at_level(logging.WARNING, logger="sessions"):
+        assert await session.get_items() == [msg("1"), msg("2")]
+        assert await session.get_items(limit=2) == [msg("1"), msg("2")]
+        assert await session.pop_item() == msg("2")
+    assert any("corrupt" in r.getMessage() for r in caplog.records)
+    await session.commit()
+    assert await session.get_items() == [msg("1")]
