@@ -12,7 +12,6 @@ __all__ = [
     "ConflictError",
     "InvalidItemError",
     "InvalidSessionIdError",
-    "LateWriteWarning",
     "SessionClosedError",
     "SessionError",
     "StorageError",
@@ -106,11 +105,3 @@ class CommitConflictError(CommitError):
 
 class UncommittedChangesWarning(ResourceWarning):
     """A session was closed or garbage-collected while it still had staged changes."""
-
-
-class LateWriteWarning(RuntimeWarning):
-    """A write came from inside a ``transaction()`` block that had already ended.
-
-    Such writes are refused (logged, not staged). This category exists so that
-    applications can filter or escalate the log record's warning if they want to.
-    """

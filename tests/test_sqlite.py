@@ -1,0 +1,166 @@
+"""SQLite-only behaviour: file setup, WAL, durability setting, ownership, schema races."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions import SQLiteSession, SQLiteStore
+from sessions.errors import StorageError
+
+
+def msg(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+async def test_file_database_uses_wal_and_full_sync_by_default(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "a.db")
+    try:
+
+        def pragmas(conn: sqlite3.Connection) -> tuple[str, int, int]:
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+            busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+            return mode, sync, busy
+
+        mode, sync, busy = await store.sqlite._run(pragmas)
+        assert mode == "wal"
+        assert sync == 2  # FULL
+        assert busy == 5000
+    finally:
+        await store.close()
+
+
+async def test_normal_durability_is_opt_in(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "a.db", synchronous="NORMAL", busy_timeout=1.5)
+    try:
+        sync = await store.sqlite._run(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+        busy = await store.sqlite._run(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0])
+        assert (sync, busy) == (1, 1500)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"synchronous": "OFF"}, ValueError, "synchronous"),
+        ({"busy_timeout": -1}, ValueError, "busy_timeout"),
+        ({"busy_timeout": "5"}, TypeError, "busy_timeout"),
+    ],
+)
+async def test_bad_options_are_refused(
+    tmp_path: Path, kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        await SQLiteStore.open(tmp_path / "a.db", **kwargs)
+
+
+async def test_unopenable_path_gives_a_clear_error(tmp_path: Path) -> None:
+    missing = tmp_path / "no" / "such" / "dir" / "a.db"
+    with pytest.raises(StorageError, match="cannot open SQLite database"):
+        await SQLiteStore.open(missing)
+    with pytest.raises(ValueError, match="db_path"):
+        await SQLiteStore.open("")
+    with pytest.raises(TypeError, match="db_path"):
+        await SQLiteStore.open(42)  # type: ignore[arg-type]
+
+
+async def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "a.db"
+    store = await SQLiteStore.open(path)
+    await store.close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE txs_schema SET version = 99")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StorageError, match="schema version 99 is newer"):
+        await SQLiteStore.open(path)
+
+
+async def test_sqlite_session_owns_and_closes_its_store(tmp_path: Path) -> None:
+    session = SQLiteSession("s", tmp_path / "a.db")
+    await session.add_items([msg("1")])
+    await session.commit()
+    store = session.store
+    assert store is not None and not store.closed
+    await session.close()
+    assert store.closed
+    async with SQLiteSession("s", tmp_path / "a.db") as again:
+        assert await again.get_items() == [msg("1")]
+
+
+async def test_sqlite_session_in_memory_by_default() -> None:
+    async with SQLiteSession("s") as session:
+        await session.add_items([msg("1")])
+        await session.commit()
+        assert await session.get_items() == [msg("1")]
+
+
+async def test_many_sessions_share_one_connection(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "a.db")
+    try:
+        sessions = [store.session(f"s{i}") for i in range(1000)]
+        for i, session in enumerate(sessions):
+            await session.add_items([msg(str(i))])
+        await asyncio.gather(*(s.commit() for s in sessions))
+        assert await sessions[123].get_items() == [msg("123")]
+        threads = [t for t in __import__("threading").enumerate() if "Thread" in type(t).__name__]
+        assert len(threads) < 10  # one worker thread for the store, not one per session
+    finally:
+        await store.close()
+
+
+async def test_metadata_is_kept_per_session(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "a.db")
+    try:
+        session = store.session("meta")
+        await session.add_items([msg("1"), msg("2"), msg("3")])
+        await session.commit()
+        await session.pop_item()
+        await session.commit()
+        info = await store.session_info("meta")
+        assert info is not None and info.item_count == 2
+        assert info.created_at <= info.updated_at
+        await session.clear_session()
+        await session.commit()
+        info = await store.session_info("meta")
+        assert info is not None and info.item_count == 0
+    finally:
+        await store.close()
+
+
+def test_schema_creation_is_safe_when_many_processes_start_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "race.db"
+    child = textwrap.dedent(
+        f"""
+        import asyncio, sys
+        from sessions import SQLiteStore
+        async def main():
+            store = await SQLiteStore.open({str(path)!r})
+            s = store.session("race")
+            await s.add_items([{{"role": "user", "content": sys.argv[1]}}])
+            await s.commit()
+            await store.close()
+        asyncio.run(main())
+        """
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", child, str(i)], stderr=subprocess.PIPE)
+        for i in range(8)
+    ]
+    errors = [p.communicate(timeout=60)[1].decode() for p in procs]
+    assert all(p.returncode == 0 for p in procs), errors
+    conn = sqlite3.connect(path)
+    contents = sorted(r[0] for r in conn.execute("SELECT data FROM txs_items"))
+    assert len(contents) == 8
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert conn.execute("SELECT count(*) FROM txs_schema").fetchone()[0] == 1
+    conn.close()
