@@ -185,6 +185,10 @@ class SQLiteBackend:
         conn = aiosqlite.connect(
             path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
         )
+        # A store that is never closed must not keep the interpreter from exiting.
+        # Safe: each commit is one call on this thread, and SQLite rolls back any
+        # transaction that a killed process left unfinished.
+        conn._thread.daemon = True
         try:
             await conn
         except sqlite3.Error as exc:

@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,12 @@ IN_CI = bool(os.environ.get("CI"))
 BACKENDS = ["sqlite", "postgres"]
 
 
+def run_outside_loop(coro: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run`` in a thread of its own: works whether or not a loop is running here."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
 def _probe_postgres() -> str | None:
     """``None`` when the server answers, else why not."""
     try:
@@ -43,7 +50,7 @@ def _probe_postgres() -> str | None:
         await conn.close()
 
     try:
-        asyncio.run(probe())
+        run_outside_loop(probe())
     except Exception as exc:  # noqa: BLE001 - reported as the skip reason
         return f"no PostgreSQL at {_redact(PG_DSN)}: {type(exc).__name__}: {exc}"
     return None
@@ -93,7 +100,7 @@ def pg_schema() -> Iterator[str]:
         finally:
             await conn.close()
 
-    asyncio.run(drop())
+    run_outside_loop(drop())
 
 
 @dataclass
