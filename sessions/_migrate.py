@@ -1,0 +1,517 @@
+"""Copy history out of the Agents SDK's own session stores into a txsessions store.
+
+Sources (``--from``):
+
+* ``sqlite:///path.db``: a file written by ``agents.SQLiteSession`` or
+  ``agents.extensions.memory.AsyncSQLiteSession`` (tables ``agent_sessions`` and
+  ``agent_messages`` by default; items in ``id`` order). Opened read-only.
+* any SQLAlchemy async URL (``sqlite+aiosqlite:///...``, ``postgresql+asyncpg://...``;
+  ``postgresql://`` means asyncpg): tables written by
+  ``agents.extensions.memory.SQLAlchemySession`` (items in ``created_at, id`` order, as
+  that class reads them). Needs SQLAlchemy installed.
+
+Resumable and idempotent. Every session gets a marker batch (no items) the first time
+it is migrated, then its items in chunks whose batch ids depend only on the session and
+the chunk's position. A rerun resumes each session after the items it already has, and
+backends skip batch ids already applied, so an interrupted or repeated migration never
+duplicates anything. A target session that exists but has no marker was not written by
+a migration: it is left alone and reported. At the end, the number of items of every
+session is compared between source and target.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import re
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+from urllib.parse import quote, unquote, urlsplit
+
+from ._backend import Backend, Batch
+from ._core import validate_session_id
+from ._serde import encode_item
+from ._store import Store
+from ._url import redact_url
+from .errors import InvalidItemError, InvalidSessionIdError, SessionError
+
+__all__ = [
+    "MigrationError",
+    "MigrationReport",
+    "Mismatch",
+    "Source",
+    "migrate",
+    "open_source",
+]
+
+CHUNK_ITEMS = 500
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+Progress = Callable[[int], None]
+
+
+class MigrationError(SessionError):
+    """The source cannot be read (missing file, missing table, bad URL...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    session_id: str
+    source_items: int
+    target_items: int | None  # None: the session is missing in the target
+    reason: str = ""
+
+    def describe(self) -> str:
+        if self.reason:
+            return f"session {self.session_id!r}: {self.reason}"
+        target = "missing" if self.target_items is None else f"{self.target_items} items"
+        return (
+            f"session {self.session_id!r}: source has {self.source_items} items, "
+            f"target has {target}"
+        )
+
+
+@dataclass
+class MigrationReport:
+    sessions: int = 0
+    source_rows: int = 0
+    copied: int = 0
+    already_present: int = 0
+    corrupt_skipped: int = 0
+    mismatches: list[Mismatch] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+
+class Source(Protocol):
+    description: str
+
+    async def sessions(self) -> list[tuple[str, int]]:
+        """Every session id with its number of stored rows, ordered by id."""
+        ...
+
+    def rows(self, session_id: str, chunk: int) -> AsyncIterator[list[str]]:
+        """The session's stored ``message_data`` texts, oldest first, in chunks."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def _check_table(kind: str, name: str) -> str:
+    if not _IDENT.match(name):
+        raise ValueError(f"{kind} {name!r} is not a plain table name (letters, digits, underscore)")
+    return name
+
+
+# --------------------------------------------------------------------------- SQLite file
+
+
+class SQLiteFileSource:
+    """A database file of the SDK's ``SQLiteSession`` / ``AsyncSQLiteSession``."""
+
+    def __init__(self, path: str, sessions_table: str, messages_table: str) -> None:
+        self.path = path
+        self.description = path
+        self.sessions_table = _check_table("sessions table", sessions_table)
+        self.messages_table = _check_table("messages table", messages_table)
+        self._conn: sqlite3.Connection | None = None
+
+    async def open(self) -> None:
+        self._conn, tables = await asyncio.to_thread(self._connect)
+        if self.messages_table not in tables:
+            raise MigrationError(
+                f"{self.path!r} has no table {self.messages_table!r}: not a SQLiteSession "
+                "database, or give its tables with --sessions-table/--messages-table"
+            )
+
+    def _connect(self) -> tuple[sqlite3.Connection, set[str]]:
+        if not os.path.isfile(self.path):
+            raise MigrationError(f"no SQLite database at {self.path!r} (the file does not exist)")
+        uri = f"file:{quote(os.path.abspath(self.path))}?mode=ro"
+        try:
+            conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise MigrationError(f"cannot read SQLite database {self.path!r}: {exc}") from None
+        try:
+            tables = {
+                row[0]
+                for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
+        except sqlite3.Error as exc:
+            conn.close()
+            raise MigrationError(f"cannot read SQLite database {self.path!r}: {exc}") from None
+        return conn, tables
+
+    def _db(self) -> sqlite3.Connection:
+        if self._conn is None:
+            raise MigrationError("source is not open")
+        return self._conn
+
+    async def sessions(self) -> list[tuple[str, int]]:
+        try:
+            return await asyncio.to_thread(self._sessions)
+        except sqlite3.Error as exc:
+            raise MigrationError(f"cannot read SQLite database {self.path!r}: {exc}") from None
+
+    def _sessions(self) -> list[tuple[str, int]]:
+        conn = self._db()
+        tables = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        counts: dict[str, int] = {}
+        if self.sessions_table in tables:
+            for (session_id,) in conn.execute(f'SELECT session_id FROM "{self.sessions_table}"'):
+                counts[str(session_id)] = 0
+        for session_id, count in conn.execute(
+            f'SELECT session_id, COUNT(*) FROM "{self.messages_table}" GROUP BY session_id'
+        ):
+            counts[str(session_id)] = int(count)
+        return sorted(counts.items())
+
+    async def rows(self, session_id: str, chunk: int) -> AsyncIterator[list[str]]:
+        try:
+            cursor = self._db().execute(
+                f'SELECT message_data FROM "{self.messages_table}" '
+                "WHERE session_id = ? ORDER BY id",
+                (session_id,),
+            )
+        except sqlite3.Error as exc:
+            raise MigrationError(f"cannot read SQLite database {self.path!r}: {exc}") from None
+        try:
+            while True:
+                try:
+                    page = await asyncio.to_thread(cursor.fetchmany, chunk)
+                except sqlite3.Error as exc:
+                    raise MigrationError(
+                        f"cannot read SQLite database {self.path!r}: {exc}"
+                    ) from None
+                if not page:
+                    return
+                yield [str(row[0]) for row in page]
+        finally:
+            cursor.close()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+
+# --------------------------------------------------------------------------- SQLAlchemy
+
+
+class SQLAlchemySource:
+    """Tables of the SDK's ``SQLAlchemySession``, read through SQLAlchemy."""
+
+    def __init__(
+        self, url: str, sessions_table: str, messages_table: str, schema: str | None
+    ) -> None:
+        self.url = url
+        self.description = redact_url(url)
+        self.sessions_table = _check_table("sessions table", sessions_table)
+        self.messages_table = _check_table("messages table", messages_table)
+        if schema is not None:
+            _check_table("schema", schema)
+        self.schema = schema
+        self._engine: Any = None
+        self._conn: Any = None
+        self._has_sessions_table = False
+        self._sessions: Any = None
+        self._messages: Any = None
+
+    async def open(self) -> None:
+        try:
+            import sqlalchemy as sa
+            from sqlalchemy.ext.asyncio import create_async_engine
+        except ImportError:
+            raise MigrationError(
+                "reading SQLAlchemySession tables needs SQLAlchemy: "
+                "pip install 'sqlalchemy[asyncio]'"
+            ) from None
+        try:
+            self._engine = create_async_engine(self.url)
+        except Exception as exc:  # noqa: BLE001 - bad URL or missing driver, reworded
+            raise MigrationError(f"cannot use {self.description}: {_first_line(exc)}") from None
+        metadata = sa.MetaData(schema=self.schema)
+        self._sessions = sa.Table(self.sessions_table, metadata, sa.Column("session_id"))
+        self._messages = sa.Table(
+            self.messages_table,
+            metadata,
+            sa.Column("id"),
+            sa.Column("session_id"),
+            sa.Column("message_data"),
+            sa.Column("created_at"),
+        )
+        try:
+            self._conn = await self._engine.connect()
+            has = await self._conn.run_sync(
+                lambda c: {
+                    name: sa.inspect(c).has_table(name, schema=self.schema)
+                    for name in (self.sessions_table, self.messages_table)
+                }
+            )
+        except Exception as exc:  # noqa: BLE001 - driver errors, reworded
+            raise MigrationError(f"cannot read {self.description}: {_first_line(exc)}") from None
+        where = f" in schema {self.schema!r}" if self.schema else ""
+        if not has[self.messages_table]:
+            raise MigrationError(
+                f"{self.description} has no table {self.messages_table!r}{where}: give the "
+                "tables with --sessions-table/--messages-table (and --source-schema)"
+            )
+        self._has_sessions_table = has[self.sessions_table]
+
+    async def sessions(self) -> list[tuple[str, int]]:
+        try:
+            return await self._read_sessions()
+        except SessionError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - driver errors, reworded
+            raise MigrationError(f"cannot read {self.description}: {_first_line(exc)}") from None
+
+    async def _read_sessions(self) -> list[tuple[str, int]]:
+        import sqlalchemy as sa
+
+        counts: dict[str, int] = {}
+        if self._has_sessions_table:
+            result = await self._conn.execute(sa.select(self._sessions.c.session_id))
+            for (session_id,) in result:
+                counts[str(session_id)] = 0
+        m = self._messages
+        result = await self._conn.execute(
+            sa.select(m.c.session_id, sa.func.count()).group_by(m.c.session_id)
+        )
+        for session_id, count in result:
+            counts[str(session_id)] = int(count)
+        await self._conn.commit()
+        return sorted(counts.items())
+
+    async def rows(self, session_id: str, chunk: int) -> AsyncIterator[list[str]]:
+        import sqlalchemy as sa
+
+        m = self._messages
+        query = (
+            sa.select(m.c.message_data)
+            .where(m.c.session_id == session_id)
+            .order_by(m.c.created_at.asc(), m.c.id.asc())
+        )
+        try:
+            result = await self._conn.stream(query)
+        except Exception as exc:  # noqa: BLE001 - driver errors, reworded
+            raise MigrationError(f"cannot read {self.description}: {_first_line(exc)}") from None
+        try:
+            async for part in result.partitions(chunk):
+                yield [str(row[0]) for row in part]
+        finally:
+            await result.close()
+            await self._conn.commit()
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        engine, self._engine = self._engine, None
+        if conn is not None:
+            await conn.close()
+        if engine is not None:
+            await engine.dispose()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+async def open_source(
+    url: str,
+    *,
+    sessions_table: str = "agent_sessions",
+    messages_table: str = "agent_messages",
+    schema: str | None = None,
+) -> SQLiteFileSource | SQLAlchemySource:
+    """Open a migration source from its URL (see the module docstring)."""
+    shown = redact_url(url)
+    match = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", url)
+    if match is None:
+        raise ValueError(
+            f"source URL {shown!r} has no scheme: sqlite:///path.db for a SQLiteSession "
+            "file, or a SQLAlchemy URL such as postgresql+asyncpg://user@host/db"
+        )
+    scheme = match.group(1).lower()
+    source: SQLiteFileSource | SQLAlchemySource
+    if scheme == "sqlite":
+        parts = urlsplit(url)
+        if parts.netloc or not parts.path.startswith("/") or parts.path in ("/", "/:memory:"):
+            raise ValueError(
+                f"source URL {shown!r}: write sqlite:///relative.db or sqlite:////abs/path.db"
+            )
+        if schema is not None:
+            raise ValueError("--source-schema applies to PostgreSQL sources only")
+        source = SQLiteFileSource(unquote(parts.path[1:]), sessions_table, messages_table)
+    else:
+        if scheme in ("postgresql", "postgres"):
+            url = "postgresql+asyncpg://" + url[match.end() :]
+        source = SQLAlchemySource(url, sessions_table, messages_table, schema)
+    try:
+        await source.open()
+    except BaseException:
+        await source.close()
+        raise
+    return source
+
+
+# --------------------------------------------------------------------------- migrate
+
+
+def _batch_id(session_id: str, position: int, count: int) -> str:
+    digest = hashlib.sha256(f"mig\0{session_id}\0{position}\0{count}".encode()).hexdigest()
+    return f"mig-{digest[:40]}"
+
+
+def _marker_id(session_id: str) -> str:
+    return _batch_id(session_id, -1, 0)
+
+
+async def migrate(
+    source: Source,
+    store: Store[Any],
+    *,
+    progress: Progress | None = None,
+    on_total: Callable[[int], None] | None = None,
+    chunk_items: int = CHUNK_ITEMS,
+) -> MigrationReport:
+    """Copy every session of ``source`` into ``store``; see the module docstring."""
+    backend = store.backend
+    report = MigrationReport()
+    sessions = await source.sessions()
+    report.sessions = len(sessions)
+    report.source_rows = sum(count for _, count in sessions)
+    if on_total is not None:
+        on_total(report.source_rows)
+    expected: dict[str, int] = {}
+    conflicts: set[str] = set()
+
+    for session_id, rows in sessions:
+        try:
+            validate_session_id(session_id)
+        except InvalidSessionIdError as exc:
+            report.mismatches.append(Mismatch(session_id, rows, None, f"not copied: {exc}"))
+            conflicts.add(session_id)
+            if progress is not None:
+                progress(rows)
+            continue
+        info = await store.session_info(session_id)
+        have = info.item_count if info is not None else 0
+        if info is not None and not await backend.applied(session_id, [_marker_id(session_id)]):
+            report.mismatches.append(
+                Mismatch(
+                    session_id,
+                    rows,
+                    have,
+                    "already exists in the target and was not written by a migration: "
+                    "left untouched (delete it there to migrate it)",
+                )
+            )
+            conflicts.add(session_id)
+            if progress is not None:
+                progress(rows)
+            continue
+        if info is not None and have == rows:
+            # Fast path for reruns: everything is there (no corrupt rows to account for).
+            expected[session_id] = rows
+            report.already_present += rows
+            if progress is not None:
+                progress(rows)
+            continue
+
+        expected[session_id] = await _copy_session(
+            source,
+            backend,
+            session_id,
+            have,
+            create=info is None,
+            report=report,
+            progress=progress,
+            chunk_items=chunk_items,
+        )
+
+    for session_id, want in expected.items():
+        if session_id in conflicts:
+            continue
+        info = await store.session_info(session_id)
+        got = info.item_count if info is not None else None
+        if got != want:
+            report.mismatches.append(Mismatch(session_id, want, got))
+    return report
+
+
+async def _copy_session(
+    source: Source,
+    backend: Backend,
+    session_id: str,
+    have: int,
+    *,
+    create: bool,
+    report: MigrationReport,
+    progress: Progress | None,
+    chunk_items: int,
+) -> int:
+    """Append the source items after the first ``have``; return how many the source has.
+
+    Chunks start at ``have`` and every ``chunk_items`` after it, and their ids depend
+    only on (session, start, count): a rerun, or a concurrent run, that resumes at a
+    chunk boundary produces the same ids, which the backend skips.
+    """
+    lead: list[Batch] = [Batch(_marker_id(session_id), False, (), ())] if create else []
+    valid = 0  # valid source items seen so far
+    pending: list[str] = []
+
+    async def flush() -> None:
+        nonlocal lead
+        if not pending and not lead:
+            return
+        batches = list(lead)
+        if pending:
+            start = valid - len(pending)
+            batch_id = _batch_id(session_id, start, len(pending))
+            batches.append(Batch(batch_id, False, (), tuple(pending)))
+        await backend.apply(session_id, batches)
+        report.copied += len(pending)
+        pending.clear()
+        lead = []
+
+    async for page in source.rows(session_id, chunk_items):
+        for text in page:
+            encoded = _decode(text)
+            if encoded is None:
+                report.corrupt_skipped += 1
+                continue
+            valid += 1
+            if valid <= have:
+                report.already_present += 1
+                continue
+            pending.append(encoded)
+            if len(pending) >= chunk_items:
+                await flush()
+        if progress is not None:
+            progress(len(page))
+    await flush()
+    return valid
+
+
+def _decode(text: str) -> str | None:
+    """The stored item in our canonical form, or ``None`` if it is not a JSON object
+    (the SDK's sessions skip such rows when reading, so they are not history)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    try:
+        return encode_item(value)
+    except InvalidItemError:
+        return None

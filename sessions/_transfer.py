@@ -1,0 +1,480 @@
+"""Export sessions to JSON Lines and import them back, streaming both ways.
+
+The file format (version 1), one JSON object per line::
+
+    {"type": "header", "format": "txsessions-export", "version": 1, "exported_at": "..."}
+    {"type": "session", "session": "abc", "created_at": "...", "updated_at": "..."}
+    {"type": "item", "session": "abc", "item": {...}}          (one line per item, in order)
+    {"type": "end", "session": "abc", "items": 2}
+
+Export reads each session a page at a time (``AdminBackend.read_range``), so memory
+stays constant whatever the size of the history. Import reads the file twice: once to
+validate every line (a corrupt line stops everything before anything is written), then
+to apply items in chunks. Each chunk is one batch whose id is derived from the session
+id, the chunk's position among that session's items in the file and its content, and
+backends skip batch ids they have already applied: importing the same file twice adds
+nothing, and an interrupted import can simply be run again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import IO, Any
+
+from ._backend import AdminBackend, Backend, Batch, SessionInfo
+from ._core import validate_session_id
+from ._serde import encode_item
+from ._store import Store
+from .errors import InvalidItemError, InvalidSessionIdError, SessionError
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "EXPORT_VERSION",
+    "ExportResult",
+    "ImportFileError",
+    "ImportResult",
+    "UnknownSessionError",
+    "admin_backend",
+    "export_sessions",
+    "import_sessions",
+    "plan_export",
+    "scan_import",
+]
+
+EXPORT_FORMAT = "txsessions-export"
+EXPORT_VERSION = 1
+PAGE_SIZE = 500
+CHUNK_ITEMS = 500
+CHUNK_BYTES = 4 * 1024 * 1024
+
+Progress = Callable[[int], None]
+
+
+class UnknownSessionError(SessionError, LookupError):
+    """A session id that the store has never committed to."""
+
+
+class ImportFileError(SessionError, ValueError):
+    """An import file that is not a valid export. ``line`` is 1-based."""
+
+    def __init__(self, path: str, line: int, message: str) -> None:
+        super().__init__(f"{path}, line {line}: {message}")
+        self.path = path
+        self.line = line
+
+
+def admin_backend(store: Store[Any], operation: str) -> AdminBackend:
+    """The store's backend as an :class:`AdminBackend` (what export/import need)."""
+    backend = store.backend
+    if not isinstance(backend, AdminBackend):
+        raise SessionError(
+            f"{operation}: {type(backend).__name__} does not support store operations"
+        )
+    return backend
+
+
+def _iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.isoformat()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+# --------------------------------------------------------------------------- export
+
+
+@dataclass
+class ExportResult:
+    sessions: int = 0
+    items: int = 0
+    skipped_corrupt: int = 0
+
+
+async def plan_export(store: Store[Any], session_ids: Sequence[str] | None) -> tuple[int, int]:
+    """``(sessions, items)`` an export of ``session_ids`` (all when empty) will write.
+
+    Raises :class:`UnknownSessionError` naming every id the store does not have.
+    """
+    if session_ids:
+        unknown: list[str] = []
+        items = 0
+        for session_id in dict.fromkeys(session_ids):
+            info = await store.session_info(session_id)
+            if info is None:
+                unknown.append(session_id)
+            else:
+                items += info.item_count
+        if unknown:
+            names = ", ".join(repr(s) for s in unknown)
+            raise UnknownSessionError(f"unknown session{'s' if len(unknown) > 1 else ''}: {names}")
+        return len(dict.fromkeys(session_ids)), items
+    sessions = items = 0
+    async for info in store.iter_sessions():
+        sessions += 1
+        items += info.item_count
+    return sessions, items
+
+
+class _Writer:
+    """Writes the export to a temporary file next to ``path``, renamed into place
+    only when complete (``-`` writes to standard output)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._tmp: str | None = None
+        self.out: IO[str]
+        if path == "-":
+            self.out = sys.stdout
+            return
+        directory = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise IsADirectoryError(f"cannot write {path}: it is a directory")
+        try:
+            fd, self._tmp = tempfile.mkstemp(
+                prefix=f".{os.path.basename(path)}.", suffix=".part", dir=directory
+            )
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if isinstance(exc, FileNotFoundError):
+                reason = f"directory {directory} does not exist"
+            raise OSError(f"cannot write {path}: {reason}") from None
+        self.out = os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+
+    def write(self, line: str) -> None:
+        self.out.write(line)
+
+    def commit(self) -> None:
+        if self._tmp is None:
+            self.out.flush()
+            return
+        self.out.flush()
+        os.fsync(self.out.fileno())
+        self.out.close()
+        os.replace(self._tmp, self.path)
+        self._tmp = None
+
+    def abort(self) -> None:
+        if self._tmp is None:
+            return
+        self.out.close()
+        try:
+            os.unlink(self._tmp)
+        except OSError:
+            pass
+        self._tmp = None
+
+
+async def export_sessions(
+    store: Store[Any],
+    path: str,
+    session_ids: Sequence[str] | None = None,
+    *,
+    progress: Progress | None = None,
+    page_size: int = PAGE_SIZE,
+) -> ExportResult:
+    """Write ``session_ids`` (every session when empty) to ``path`` as JSON Lines.
+
+    The file appears only once complete. Stored rows that are not valid JSON objects
+    are skipped (as ``get_items`` skips them) and counted in ``skipped_corrupt``.
+    """
+    admin = admin_backend(store, "export")
+    await plan_export(store, session_ids)  # fail on unknown ids before writing anything
+    writer = _Writer(path)
+    result = ExportResult()
+    try:
+        writer.write(
+            _dumps(
+                {
+                    "type": "header",
+                    "format": EXPORT_FORMAT,
+                    "version": EXPORT_VERSION,
+                    "exported_at": _iso(datetime.now(timezone.utc)),
+                }
+            )
+            + "\n"
+        )
+        if session_ids:
+            for session_id in dict.fromkeys(session_ids):
+                info = await store.session_info(session_id)
+                if info is None:
+                    raise UnknownSessionError(
+                        f"session {session_id!r} was deleted during the export"
+                    )
+                await _export_one(admin, writer, info, result, progress, page_size)
+        else:
+            async for info in store.iter_sessions():
+                await _export_one(admin, writer, info, result, progress, page_size)
+        writer.commit()
+    except BaseException:
+        writer.abort()
+        raise
+    return result
+
+
+async def _export_one(
+    admin: AdminBackend,
+    writer: _Writer,
+    info: SessionInfo,
+    result: ExportResult,
+    progress: Progress | None,
+    page_size: int,
+) -> None:
+    session_id = info.session_id
+    sid = _dumps(session_id)
+    writer.write(
+        _dumps(
+            {
+                "type": "session",
+                "session": session_id,
+                "created_at": _iso(info.created_at),
+                "updated_at": _iso(info.updated_at),
+            }
+        )
+        + "\n"
+    )
+    prefix = '{"type":"item","session":' + sid + ',"item":'
+    after: int | None = None
+    count = 0
+    while True:
+        rows = await admin.read_range(session_id, after=after, limit=page_size)
+        for _key, text in rows:
+            try:
+                valid = isinstance(json.loads(text), dict)
+            except ValueError:
+                valid = False
+            if not valid:
+                result.skipped_corrupt += 1
+                continue
+            # The stored text is already canonical JSON: written as is, byte for byte.
+            writer.write(prefix + text + "}\n")
+            count += 1
+        if progress is not None and rows:
+            progress(len(rows))
+        if len(rows) < page_size:
+            break
+        after = rows[-1][0]
+    writer.write(_dumps({"type": "end", "session": session_id, "items": count}) + "\n")
+    result.sessions += 1
+    result.items += count
+
+
+# --------------------------------------------------------------------------- import
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    line: int
+    kind: str  # "session", "item", "end"
+    session_id: str
+    text: str = ""  # the item, canonical JSON (kind == "item")
+
+
+@dataclass
+class ImportResult:
+    sessions: int = 0
+    items: int = 0
+    added: int = 0
+    already_present: int = 0
+    session_ids: set[str] = field(default_factory=set, repr=False)
+
+
+def _read_lines(path: str) -> Iterator[tuple[int, str]]:
+    """``(line_number, text)`` of every non-blank line, decoded as UTF-8."""
+    try:
+        handle = open(path, "rb")  # noqa: SIM115 - closed below, even on error
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such file: {path}") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{path} is a directory, not an export file") from None
+    with handle:
+        for number, raw in enumerate(handle, 1):
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ImportFileError(path, number, f"not UTF-8 text ({exc.reason})") from None
+            if text.strip():
+                yield number, text
+
+
+def scan_import(path: str) -> Iterator[_Record]:
+    """Parse and check an export file, yielding its session/item/end records.
+
+    Raises :class:`ImportFileError` at the first bad line, naming it.
+    """
+    current: tuple[str, int, int] | None = None  # (session id, opened at line, items)
+    last_line = 0
+    first = True
+    for number, text in _read_lines(path):
+        last_line = number
+
+        def bad(message: str, number: int = number) -> ImportFileError:
+            return ImportFileError(path, number, message)
+
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise bad(f"not valid JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise bad(f"expected a JSON object, got {type(value).__name__}")
+        kind = value.get("type")
+        if first:
+            first = False
+            if kind == "header":
+                if value.get("format") != EXPORT_FORMAT:
+                    raise bad(f"not a txsessions export (format {value.get('format')!r})")
+                version = value.get("version")
+                if not isinstance(version, int) or version > EXPORT_VERSION:
+                    raise bad(
+                        f"export format version {version!r} is newer than this txsessions "
+                        f"reads ({EXPORT_VERSION}); upgrade txsessions"
+                    )
+                continue
+        if kind == "header":
+            raise bad("a header line may only be the first line")
+        if kind not in ("session", "item", "end"):
+            raise bad(f"unknown line type {kind!r} (expected session, item or end)")
+        session_id = value.get("session")
+        try:
+            validate_session_id(session_id)
+        except InvalidSessionIdError as exc:
+            raise bad(f"bad session id: {exc}") from None
+        assert isinstance(session_id, str)
+        if kind == "session":
+            if current is not None:
+                raise bad(
+                    f"session {session_id!r} starts before session {current[0]!r} "
+                    f"(line {current[1]}) ended: its end line is missing"
+                )
+            current = (session_id, number, 0)
+            yield _Record(number, "session", session_id)
+        elif kind == "item":
+            if current is not None and current[0] != session_id:
+                raise bad(
+                    f"item of session {session_id!r} inside session {current[0]!r} "
+                    f"(opened at line {current[1]})"
+                )
+            item = value.get("item")
+            try:
+                encoded = encode_item(item)
+            except InvalidItemError as exc:
+                raise bad(f"bad item: {exc}") from None
+            if current is not None:
+                current = (current[0], current[1], current[2] + 1)
+            yield _Record(number, "item", session_id, encoded)
+        else:
+            if current is None or current[0] != session_id:
+                raise bad(f"end of session {session_id!r}, which is not open here")
+            declared = value.get("items")
+            if isinstance(declared, bool) or not isinstance(declared, int):
+                raise bad(f"end line needs an integer 'items', got {declared!r}")
+            if declared != current[2]:
+                raise bad(
+                    f"session {session_id!r} declares {declared} items but the file has "
+                    f"{current[2]} (from line {current[1]}): the file was cut or edited"
+                )
+            current = None
+            yield _Record(number, "end", session_id)
+    if current is not None:
+        raise ImportFileError(
+            path,
+            last_line,
+            f"the file ends inside session {current[0]!r} (opened at line {current[1]}): "
+            "it is truncated",
+        )
+
+
+def chunk_batch_id(namespace: str, session_id: str, position: int, texts: Sequence[str]) -> str:
+    """A batch id that depends only on the session, the chunk's position and content."""
+    digest = hashlib.sha256()
+    digest.update(f"{namespace}\0{session_id}\0{position}\0{len(texts)}\0".encode())
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        digest.update(b"\n")
+    return f"{namespace}-{digest.hexdigest()[:40]}"
+
+
+async def import_sessions(
+    store: Store[Any],
+    path: str,
+    *,
+    progress: Progress | None = None,
+    on_total: Progress | None = None,
+    chunk_items: int = CHUNK_ITEMS,
+) -> ImportResult:
+    """Append every session of an export file to ``store``. Idempotent (see module doc).
+
+    Raises :class:`ImportFileError` (nothing written) when any line is bad.
+    """
+    admin_backend(store, "import")  # fail early on a store that cannot take batches
+    backend = store.backend
+    total = ImportResult()
+    for record in scan_import(path):  # pass 1: validate everything first
+        if record.kind == "item":
+            total.items += 1
+        total.session_ids.add(record.session_id)
+    total.sessions = len(total.session_ids)
+    if on_total is not None:
+        on_total(total.items)
+
+    positions: dict[str, int] = {}
+    pending: list[str] = []
+    pending_bytes = 0
+    pending_session: str | None = None
+    block_items = 0
+
+    async def flush() -> None:
+        nonlocal pending, pending_bytes
+        if pending_session is None or not pending:
+            return
+        start = positions.get(pending_session, 0)
+        batch_id = chunk_batch_id("imp", pending_session, start, pending)
+        await _apply_once(
+            backend, pending_session, Batch(batch_id, False, (), tuple(pending)), total
+        )
+        positions[pending_session] = start + len(pending)
+        if progress is not None:
+            progress(len(pending))
+        pending = []
+        pending_bytes = 0
+
+    for record in scan_import(path):  # pass 2: apply
+        if record.session_id != pending_session:
+            await flush()
+            pending_session = record.session_id
+        if record.kind == "session":
+            block_items = 0
+        elif record.kind == "item":
+            pending.append(record.text)
+            pending_bytes += len(record.text)
+            block_items += 1
+            if len(pending) >= chunk_items or pending_bytes >= CHUNK_BYTES:
+                await flush()
+        else:  # end
+            await flush()
+            if block_items == 0 and positions.get(record.session_id, 0) == 0:
+                # An empty session: a batch without items creates it, once.
+                marker = chunk_batch_id("imp", record.session_id, -1, ())
+                await _apply_once(backend, record.session_id, Batch(marker, False, (), ()), total)
+    await flush()
+    return total
+
+
+async def _apply_once(
+    backend: Backend, session_id: str, batch: Batch, result: ImportResult
+) -> None:
+    done = await backend.applied(session_id, [batch.batch_id])
+    if batch.batch_id in done:
+        result.already_present += len(batch.items)
+        return
+    await backend.apply(session_id, [batch])
+    result.added += len(batch.items)

@@ -1,0 +1,265 @@
+"""``open_store(url)``: one URL opens either backend.
+
+* ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``; ``sqlite://`` or
+  ``sqlite:///:memory:`` for an in-memory database. Query parameters:
+  ``synchronous`` (``FULL``/``NORMAL``/``EXTRA``) and ``busy_timeout`` (seconds).
+* ``postgresql://user:password@host:5432/db`` (or ``postgres://``, or
+  ``postgresql+asyncpg://``): an asyncpg DSN. Our own query parameters ``schema`` and
+  ``table_prefix`` are taken out and passed to :meth:`PostgresStore.open`; the rest of
+  the DSN goes to asyncpg untouched.
+
+Passwords never leave this module in clear: :func:`redact_url` masks them in URLs and
+:func:`scrub` masks them in any text (an error message from a driver, say).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from ._store import Store
+from .errors import SessionError, StorageError
+
+__all__ = ["ParsedURL", "open_store", "parse_url", "redact_url", "scrub"]
+
+SQLITE_SCHEMES = ("sqlite",)
+POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg")
+
+_MASK = "***"
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+_QUERY_SECRET_RE = re.compile(r"(?i)([?&](?:password|pass|pwd)=)[^&#]*")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password (in the authority or a ``password=`` query
+    parameter) replaced by ``***``. Never raises; works on malformed URLs too."""
+    if not isinstance(url, str):
+        return repr(type(url))
+    text = _QUERY_SECRET_RE.sub(lambda m: m.group(1) + _MASK, url)
+    match = _SCHEME_RE.match(text)
+    if match is None:
+        return text
+    head, rest = text[: match.end()], text[match.end() :]
+    # The authority runs to the first '/', '?' or '#' after its last '@' (a password
+    # may itself contain unescaped '/' or '?', so look for the '@' first).
+    at = rest.rfind("@", 0, _authority_end(rest))
+    if at < 0:
+        return text
+    userinfo = rest[:at]
+    if ":" not in userinfo:
+        return text
+    user = userinfo.split(":", 1)[0]
+    if "/" in user or "?" in user or "#" in user:  # no authority: '@' is in the path
+        return text
+    return f"{head}{user}:{_MASK}{rest[at:]}"
+
+
+def _authority_end(rest: str) -> int:
+    """Where the authority of ``rest`` (a URL after ``scheme://``) ends."""
+    at = rest.rfind("@")
+    start = at + 1 if at >= 0 else 0
+    for i in range(start, len(rest)):
+        if rest[i] in "/?#":
+            return i
+    return len(rest)
+
+
+def _secrets(url: str) -> list[str]:
+    """The password(s) in ``url``, raw and percent-decoded, longest first."""
+    found: set[str] = set()
+    match = _SCHEME_RE.match(url)
+    if match is not None:
+        rest = url[match.end() :]
+        at = rest.rfind("@", 0, _authority_end(rest))
+        if at >= 0 and ":" in rest[:at]:
+            user, password = rest[:at].split(":", 1)
+            if not any(c in user for c in "/?#"):
+                found.add(password)
+    for m in re.finditer(r"(?i)[?&](?:password|pass|pwd)=([^&#]*)", url):
+        found.add(m.group(1))
+    out: set[str] = set()
+    for secret in found:
+        if secret:
+            out.add(secret)
+            out.add(unquote(secret))
+    return sorted((s for s in out if s), key=len, reverse=True)
+
+
+def scrub(text: str, url: str | None) -> str:
+    """``text`` with ``url`` and any password in it masked (for error messages)."""
+    if not url:
+        return text
+    text = text.replace(url, redact_url(url))
+    for secret in _secrets(url):
+        text = text.replace(secret, _MASK)
+    return text
+
+
+class ParsedURL:
+    """What :func:`parse_url` understood of a store URL."""
+
+    __slots__ = ("kind", "options", "target", "url")
+
+    def __init__(self, kind: str, target: str, options: dict[str, Any], url: str) -> None:
+        self.kind = kind  # "sqlite" or "postgres"
+        self.target = target  # SQLite path (":memory:" for memory) or asyncpg DSN
+        self.options = options  # keyword arguments for the store's ``open``
+        self.url = url
+
+    def __repr__(self) -> str:
+        return f"<ParsedURL {self.kind} {redact_url(self.url)}>"
+
+    @property
+    def display(self) -> str:
+        """A printable description: the SQLite path, or the redacted URL."""
+        if self.kind == "sqlite":
+            return self.target
+        return redact_url(self.url)
+
+
+def parse_url(url: str) -> ParsedURL:
+    """Parse a store URL; ``ValueError`` (naming the problem, password masked) if bad."""
+    if not isinstance(url, str):
+        raise TypeError(f"database URL must be a str, got {type(url).__name__}")
+    shown = redact_url(url)
+    if not url.strip():
+        raise ValueError("database URL is empty (e.g. sqlite:///sessions.db)")
+    match = _SCHEME_RE.match(url)
+    if match is None:
+        hint = ""
+        if "://" not in url and not url.startswith(("postgres", "sqlite")):
+            hint = f"; for a SQLite file write sqlite:///{url}"
+        raise ValueError(f"database URL {shown!r} has no scheme (sqlite:// or postgresql://){hint}")
+    scheme = match.group(1).lower()
+    if scheme in SQLITE_SCHEMES:
+        return _parse_sqlite(url, shown)
+    if scheme in POSTGRES_SCHEMES:
+        return _parse_postgres(url, shown, scheme)
+    raise ValueError(
+        f"database URL {shown!r}: unknown scheme {scheme!r} "
+        "(use sqlite:///path.db, sqlite:// for memory, or postgresql://user@host/db)"
+    )
+
+
+_SQLITE_SYNCHRONOUS = ("FULL", "NORMAL", "EXTRA")
+
+
+def _parse_sqlite(url: str, shown: str) -> ParsedURL:
+    parts = urlsplit(url)
+    if parts.fragment:
+        raise ValueError(f"database URL {shown!r}: a SQLite URL has no #fragment")
+    if parts.netloc:
+        raise ValueError(
+            f"database URL {shown!r}: a SQLite URL has no host ({parts.netloc!r}); "
+            "write sqlite:///relative.db or sqlite:////absolute/path.db"
+        )
+    raw_path = parts.path
+    if raw_path in ("", "/", "/:memory:"):
+        path = ":memory:"
+    else:
+        if not raw_path.startswith("/"):
+            raise ValueError(
+                f"database URL {shown!r}: write sqlite:///relative.db or "
+                "sqlite:////absolute/path.db (three or four slashes)"
+            )
+        path = unquote(raw_path[1:])
+    options: dict[str, Any] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key == "synchronous":
+            if value.upper() not in _SQLITE_SYNCHRONOUS:
+                raise ValueError(
+                    f"database URL {shown!r}: synchronous must be FULL, NORMAL or EXTRA, "
+                    f"got {value!r}"
+                )
+            options["synchronous"] = value.upper()
+        elif key == "busy_timeout":
+            try:
+                timeout = float(value)
+            except ValueError:
+                timeout = -1.0
+            if not timeout >= 0:
+                raise ValueError(
+                    f"database URL {shown!r}: busy_timeout must be a number of seconds "
+                    f">= 0, got {value!r}"
+                )
+            options["busy_timeout"] = timeout
+        else:
+            raise ValueError(
+                f"database URL {shown!r}: unknown SQLite parameter {key!r} "
+                "(known: synchronous, busy_timeout)"
+            )
+    return ParsedURL("sqlite", path, options, url)
+
+
+def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
+    parts = urlsplit(url)
+    if not parts.netloc and not parts.query:
+        raise ValueError(
+            f"database URL {shown!r}: no host (e.g. postgresql://user@127.0.0.1:5432/db)"
+        )
+    if "," not in parts.netloc:  # asyncpg also takes host1:port1,host2:port2
+        try:
+            parts.port  # noqa: B018 - validates the port
+        except ValueError:
+            raise ValueError(f"database URL {shown!r}: the port is not a number") from None
+    options: dict[str, Any] = {}
+    keep: list[tuple[str, str]] = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in ("schema", "table_prefix"):  # validated by PostgresStore.open
+            if key == "schema" and not value:
+                raise ValueError(f"database URL {shown!r}: schema= is empty")
+            options[key] = value
+        else:
+            keep.append((key, value))
+    plain_scheme = "postgresql" if scheme.startswith("postgresql") else "postgres"
+    dsn = urlunsplit((plain_scheme, parts.netloc, parts.path, urlencode(keep), ""))
+    return ParsedURL("postgres", dsn, options, url)
+
+
+async def open_store(url: str, *, create: bool = True, **options: Any) -> Store[Any]:
+    """Open a store from a URL (see the module docstring for the forms).
+
+    ``options`` go to the backend's ``open`` (``SQLiteStore.open`` or
+    ``PostgresStore.open``) and override what the URL says. With ``create=False`` a
+    SQLite file that does not exist raises :class:`FileNotFoundError` instead of being
+    created. Errors never show the password.
+    """
+    parsed = parse_url(url)
+    merged = {**parsed.options, **options}
+    if parsed.kind == "sqlite":
+        from .sqlite import SQLiteStore
+
+        path = parsed.target
+        if not create and path != ":memory:" and not await asyncio.to_thread(os.path.exists, path):
+            raise FileNotFoundError(f"no SQLite database at {path!r} (the file does not exist)")
+        return await SQLiteStore.open(path, **merged)
+    try:
+        from .postgres import PostgresStore
+    except ImportError as exc:
+        raise ImportError(
+            f"{redact_url(url)} needs the PostgreSQL backend ({exc.name} is missing): "
+            "pip install 'txsessions[postgres]'"
+        ) from None
+    try:
+        return await PostgresStore.open(parsed.target, **merged)
+    except ValueError as exc:
+        raise ValueError(scrub(str(exc), url)) from None
+    except TypeError as exc:
+        raise TypeError(scrub(str(exc), url)) from None
+    except SessionError as exc:
+        raise StorageError(scrub(str(exc), url)) from None
+    except (OSError, TimeoutError) as exc:
+        raise StorageError(
+            f"cannot connect to {redact_url(url)}: {scrub(_describe(exc), url)}"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - asyncpg's errors, reworded without secrets
+        raise StorageError(f"cannot open {redact_url(url)}: {scrub(_describe(exc), url)}") from None
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -1,0 +1,451 @@
+"""The ``sessions`` command, run as a real child process against both backends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions import open_store
+
+from .conftest import PG_DSN, Target, require_postgres
+
+SECRET = "Hunter2-pw_x"
+
+
+CONVERSATION: list[dict[str, Any]] = [
+    {"role": "user", "content": "What's the weather in Paris?"},
+    {
+        "type": "function_call",
+        "name": "get_weather",
+        "arguments": '{"city":"Paris"}',
+        "call_id": "call_1",
+        "id": "fc_1",
+    },
+    {"type": "function_call_output", "call_id": "call_1", "output": "22C sunny " + "x" * 700},
+    {
+        "type": "message",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "It is [bold]22C[/bold] in Paris."}],
+    },
+]
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+async def cli(*args: str, env: Mapping[str, str] | None = None, stdin: str = "") -> Result:
+    """``python -m sessions ARGS`` in a child process (without SESSIONS_DATABASE_URL
+    unless ``env`` sets it)."""
+    environment = {k: v for k, v in os.environ.items() if k != "SESSIONS_DATABASE_URL"}
+    environment.update(env or {})
+    environment["COLUMNS"] = "100"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "sessions",
+        *args,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=environment,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin.encode()), 90)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+def one_error_line(result: Result, *words: str) -> str:
+    """The failure is exactly one line on stderr, without a traceback, naming ``words``."""
+    assert result.code != 0, result
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1, result.err
+    assert "Traceback" not in result.err
+    assert lines[0].startswith("error: "), lines[0]
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+    return lines[0]
+
+
+def fresh_url(target: Target, tmp_path: Path) -> str:
+    """A URL of an empty store of the target's kind (a new file, or a new table prefix
+    in the test run's schema so that tests sharing the schema never see each other)."""
+    if target.kind == "sqlite":
+        return f"sqlite:///{tmp_path / f'{uuid.uuid4().hex[:8]}.db'}"
+    return f"{target.url}&table_prefix=t{uuid.uuid4().hex[:10]}_"
+
+
+@pytest.fixture
+def db(target: Target, tmp_path: Path) -> str:
+    return fresh_url(target, tmp_path)
+
+
+async def seed(url: str, sessions: Mapping[str, list[dict[str, Any]]]) -> None:
+    store = await open_store(url)
+    try:
+        for session_id, items in sessions.items():
+            session = store.session(session_id)
+            await session.add_items(items)
+            await session.commit()
+    finally:
+        await store.close()
+
+
+async def history(url: str) -> dict[str, list[Any]]:
+    """Every session's items, read back through the ordinary session API."""
+    store = await open_store(url)
+    try:
+        return {
+            info.session_id: await store.session(info.session_id).get_items()
+            async for info in store.iter_sessions()
+        }
+    finally:
+        await store.close()
+
+
+@pytest.fixture
+async def sample(db: str) -> AsyncIterator[str]:
+    await seed(
+        db,
+        {
+            "chat-a": CONVERSATION,
+            "chat-b": [{"role": "user", "content": f"hello {i}"} for i in range(3)],
+            "chat-c": [{"role": "user", "content": "ünïcödé ✓ \u2028 line"}],
+        },
+    )
+    yield db
+
+
+# --------------------------------------------------------------------------- reading
+
+
+async def test_list_pages_and_json(sample: str) -> None:
+    table, page, everything, after = await asyncio.gather(
+        cli("list", "--db", sample),
+        cli("list", "--db", sample, "--limit", "2"),
+        cli("list", "--db", sample, "--limit", "2", "--all", "--json"),
+        cli("list", "--after", "chat-a", "--json", env={"SESSIONS_DATABASE_URL": sample}),
+    )
+    assert table.code == 0, table.err
+    for session_id, count in (("chat-a", 4), ("chat-b", 3), ("chat-c", 1)):
+        line = next(li for li in table.out.splitlines() if li.startswith(session_id))
+        assert line.split()[1] == str(count)
+    assert "3 sessions" in table.out
+
+    assert page.code == 0
+    assert "chat-c" not in page.out and "--after 'chat-b'" in page.out
+
+    assert everything.code == 0, everything.err
+    rows = json.loads(everything.out)
+    assert [(r["session_id"], r["items"]) for r in rows] == [
+        ("chat-a", 4),
+        ("chat-b", 3),
+        ("chat-c", 1),
+    ]
+    # The database can come from SESSIONS_DATABASE_URL instead of --db.
+    assert [r["session_id"] for r in json.loads(after.out)] == ["chat-b", "chat-c"]
+
+
+async def test_show_renders_roles_tool_calls_and_truncates(sample: str) -> None:
+    shown, full, raw, unicode = await asyncio.gather(
+        cli("show", "chat-a", "--db", sample),
+        cli("show", "chat-a", "--db", sample, "--full"),
+        cli("show", "chat-a", "--db", sample, "--json"),
+        cli("show", "chat-c", "--db", sample, "--json"),
+    )
+    assert shown.code == 0, shown.err
+    lines = shown.out.splitlines()
+    assert lines[0].startswith("chat-a · 4 items")
+    assert "user" in lines[1] and "What's the weather in Paris?" in lines[1]
+    assert "tool call" in lines[2] and 'get_weather({"city":"Paris"})' in lines[2]
+    assert "tool output" in lines[3] and "get_weather → 22C sunny" in lines[3]
+    assert "… (+" in shown.out  # the 700-character output is cut
+    assert "x" * 400 not in shown.out.replace("\n", "").replace(" ", "")
+    assert "assistant" in shown.out and "[bold]22C[/bold]" in shown.out  # no markup
+
+    assert "… (+" not in full.out
+    assert "x" * 700 in full.out.replace("\n", "").replace(" ", "")
+
+    assert raw.code == 0 and json.loads(raw.out) == CONVERSATION
+    assert json.loads(unicode.out) == [{"role": "user", "content": "ünïcödé ✓ \u2028 line"}]
+
+
+async def test_stats(sample: str, target: Target) -> None:
+    result, text = await asyncio.gather(
+        cli("stats", "--db", sample, "--json"), cli("stats", "--db", sample)
+    )
+    assert result.code == 0, result.err
+    stats = json.loads(result.out)
+    assert stats["backend"] == target.kind
+    assert (stats["sessions"], stats["items"]) == (3, 8)
+    assert stats["largest_session"] == {"session_id": "chat-a", "items": 4}
+    assert stats["idle_30_days"] == 0
+    assert text.code == 0 and "sessions:" in text.out and "items:" in text.out
+
+
+# --------------------------------------------------------------------------- export / import
+
+
+async def test_export_import_round_trip_is_exact_and_idempotent(
+    target: Target, tmp_path: Path, db: str
+) -> None:
+    big = [{"role": "user", "content": f"message {i}", "n": i} for i in range(1234)]
+    sessions = {
+        "big": big,  # several read_range pages and several import chunks
+        "chat": CONVERSATION,
+        'odd "id" ü/✓': [{"nested": {"a": [1, 2.5, None, True]}, "text": "\u0000 nul"}],
+    }
+    await seed(db, {**sessions, "cleared": [{"role": "user", "content": "gone"}]})
+    store = await open_store(db)
+    try:
+        cleared = store.session("cleared")
+        await cleared.clear_session()  # a session that exists, with no items
+        await cleared.commit()
+    finally:
+        await store.close()
+    before = await history(db)
+    assert before == {**sessions, "cleared": []}
+
+    out = tmp_path / "all.jsonl"
+    exported = await cli("export", "-o", str(out), "--db", db)
+    assert exported.code == 0, exported.err
+    assert "exported 4 sessions (1239 items)" in exported.out
+    leftovers = await asyncio.to_thread(
+        lambda: [p for p in tmp_path.iterdir() if ".part" in p.name]
+    )
+    assert leftovers == []  # the export was written to a temporary file, then renamed
+
+    other = fresh_url(target, tmp_path)
+    first = await cli("import", str(out), "--db", other)
+    assert first.code == 0, first.err
+    assert "imported 1239 items into 4 sessions (0 already present)" in first.out
+    assert await history(other) == before  # every session, every item, in order
+
+    again = await cli("import", str(out), "--db", other)
+    assert again.code == 0, again.err
+    assert "imported 0 items into 4 sessions (1239 already present)" in again.out
+    assert await history(other) == before
+
+    # Selected sessions only; unknown ids fail before anything is written.
+    some = tmp_path / "some.jsonl"
+    picked = await cli("export", "chat", "big", "-o", str(some), "--db", db)
+    assert picked.code == 0, picked.err
+    ids = {json.loads(line).get("session") for line in some.read_text().splitlines()}
+    assert ids == {None, "chat", "big"}
+    missing = await cli("export", "chat", "nope", "-o", str(tmp_path / "x.jsonl"), "--db", db)
+    one_error_line(missing, "unknown session", "'nope'")
+    assert not (tmp_path / "x.jsonl").exists()
+
+
+async def test_import_refuses_a_corrupt_file_naming_the_line(
+    target: Target, tmp_path: Path, sample: str
+) -> None:
+    good = tmp_path / "good.jsonl"
+    assert (await cli("export", "-o", str(good), "--db", sample)).code == 0
+    lines = [line + "\n" for line in good.read_text(encoding="utf-8").split("\n") if line]
+
+    corrupt = tmp_path / "corrupt.jsonl"
+    corrupt.write_text(
+        "".join(lines[:4] + ['{"type": "item", "session": "chat-a", \n'] + lines[4:])
+    )
+    dest = fresh_url(target, tmp_path)
+    result = await cli("import", str(corrupt), "--db", dest)
+    one_error_line(result, "corrupt.jsonl, line 5", "not valid JSON")
+    assert result.code == 1
+    assert await history(dest) == {}  # validated before anything was written
+
+    truncated = tmp_path / "truncated.jsonl"
+    truncated.write_text("".join(lines[:4]))
+    one_error_line(await cli("import", str(truncated), "--db", dest), "truncated")
+
+    not_object = tmp_path / "list.jsonl"
+    not_object.write_text('{"type":"item","session":"s","item":[1,2]}\n')
+    one_error_line(await cli("import", str(not_object), "--db", dest), "line 1", "bad item")
+    assert await history(dest) == {}
+
+
+# --------------------------------------------------------------------------- delete / purge
+
+
+async def test_delete_asks_first(sample: str) -> None:
+    no_answer = await cli("delete", "chat-b", "--db", sample)  # stdin at end of input
+    assert no_answer.code == 1 and "aborted: nothing deleted" in no_answer.err
+    assert "chat-b" in await history(sample)
+
+    accepted = await cli("delete", "chat-b", "--db", sample, stdin="y\n")
+    assert accepted.code == 0, accepted.err
+    assert "deleted session 'chat-b' (3 items)" in accepted.out
+    assert "chat-b" not in await history(sample)
+
+    forced = await cli("delete", "chat-c", "--yes", "--db", sample)
+    assert forced.code == 0 and "chat-c" not in await history(sample)
+
+    one_error_line(await cli("delete", "chat-b", "--yes", "--db", sample), "unknown session")
+
+
+async def _age(url: str, session_id: str, days: int) -> None:
+    """Pretend ``session_id`` was last updated ``days`` ago (white-box: the metadata row)."""
+    store = await open_store(url)
+    backend: Any = store.backend
+    try:
+        if hasattr(backend, "pool"):
+            async with backend.pool.acquire() as conn:
+                await conn.execute(
+                    f"UPDATE {backend.table('sessions')} SET updated_at = updated_at - "
+                    "make_interval(days => $2) WHERE session_id = $1",
+                    session_id,
+                    days,
+                )
+            return
+    finally:
+        await store.close()
+    conn = sqlite3.connect(backend.path)
+    try:
+        with conn:
+            conn.execute(
+                "UPDATE txs_sessions SET updated_at = updated_at - ? WHERE session_id = ?",
+                (days * 86400, session_id),
+            )
+    finally:
+        conn.close()
+
+
+async def test_purge_dry_run_confirmation_and_yes(sample: str) -> None:
+    await _age(sample, "chat-a", 40)
+    await _age(sample, "chat-b", 31)
+
+    dry = await cli("purge", "--older-than", "30d", "--dry-run", "--db", sample)
+    assert dry.code == 0, dry.err
+    assert "would delete 2 sessions (7 items)" in dry.out
+    assert "chat-a" in dry.out and "chat-b" in dry.out and "chat-c" not in dry.out
+    assert set(await history(sample)) == {"chat-a", "chat-b", "chat-c"}
+
+    declined = await cli("purge", "--older-than", "30d", "--db", sample, stdin="no\n")
+    assert declined.code == 1 and "aborted" in declined.err
+    assert set(await history(sample)) == {"chat-a", "chat-b", "chat-c"}
+
+    done = await cli("purge", "--older-than", "5w", "--yes", "--db", sample)
+    assert done.code == 0, done.err
+    assert "deleted 1 session (4 items)" in done.out
+    assert set(await history(sample)) == {"chat-b", "chat-c"}
+
+    nothing = await cli("purge", "--older-than", "1d12h", "--yes", "--db", sample)
+    assert "deleted 1 session (3 items)" in nothing.out
+    empty = await cli("purge", "--older-than", "1d", "--yes", "--db", sample)
+    assert empty.code == 0 and "nothing to purge" in empty.out
+
+
+# --------------------------------------------------------------------------- errors
+
+
+COMMANDS = ["list", "show", "stats", "export", "import", "delete", "purge", "migrate", "demo"]
+
+
+async def test_every_command_has_help_with_an_example() -> None:
+    results = await asyncio.gather(*(cli(command, "--help") for command in COMMANDS))
+    for command, result in zip(COMMANDS, results, strict=True):
+        assert result.code == 0, result.err
+        assert "Example:" in result.out and f"sessions {command}" in result.out
+
+
+async def test_usage_errors_are_one_line() -> None:
+    results = await asyncio.gather(
+        cli(),
+        cli("list"),
+        cli("list", "--bogus", "--db", "sqlite://"),
+        cli("frobnicate"),
+        cli("export", "--db", "sqlite://"),
+        cli("purge", "--db", "sqlite://"),
+        cli("migrate", "--to", "sqlite://"),
+        cli("purge", "--older-than", "30x", "--db", "sqlite://"),
+    )
+    top, no_db, bad_option, unknown, no_output, no_age, no_source, bad_age = results
+    assert top.code == 0 and "Commands:" in top.out
+    one_error_line(no_db, "--db", "SESSIONS_DATABASE_URL")
+    one_error_line(bad_option, "--bogus")
+    one_error_line(unknown, "frobnicate")
+    one_error_line(no_output, "--output")
+    one_error_line(no_age, "--older-than")
+    one_error_line(no_source, "--from")
+    one_error_line(bad_age, "30x", "30d")
+    for result in results[1:]:
+        assert result.code == 2
+
+
+async def test_operational_errors_are_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await seed(f"sqlite:///{path}", {"a": [{"x": 1}]})
+    missing = tmp_path / "missing.db"
+    bare, scheme, absent, no_dir, unknown, no_file, no_out = await asyncio.gather(
+        cli("list", "--db", "chat.db"),
+        cli("list", "--db", "mysql://u:pw@h/db"),
+        cli("list", "--db", f"sqlite:///{missing}"),
+        cli("list", "--db", f"sqlite:///{tmp_path}/no/dir/x.db"),
+        cli("show", "nope", "--db", f"sqlite:///{path}"),
+        cli("import", str(tmp_path / "nope.jsonl"), "--db", f"sqlite:///{path}"),
+        cli("export", "-o", str(tmp_path / "no" / "x.jsonl"), "--db", f"sqlite:///{path}"),
+    )
+    one_error_line(bare, "no scheme", "sqlite:///chat.db")
+    assert bare.code == 2
+    one_error_line(scheme, "unknown scheme 'mysql'")
+    assert scheme.code == 2
+    one_error_line(absent, "does not exist")
+    assert absent.code == 1 and not missing.exists()  # reading never creates a database
+    one_error_line(no_dir, "does not exist")
+    one_error_line(unknown, "unknown session 'nope'")
+    assert unknown.code == 1
+    one_error_line(no_file, "no such file")
+    assert no_file.code == 1
+    one_error_line(no_out, "cannot write", "does not exist")
+    assert no_out.code == 1
+
+
+async def test_unreachable_postgres_is_one_line_without_password() -> None:
+    url = f"postgresql://postgres:{SECRET}@127.0.0.1:1/postgres"
+    results = await asyncio.gather(
+        cli("delete", "x", "--db", url),
+        cli("list", env={"SESSIONS_DATABASE_URL": url}),
+    )
+    for result in results:
+        line = one_error_line(result, "postgresql://postgres:***@127.0.0.1:1")
+        assert result.code == 1
+        assert SECRET not in result.err + result.out, line
+
+
+async def test_password_never_printed_on_success(pg_schema: str) -> None:
+    require_postgres()
+    # Trust authentication ignores the password, so the command succeeds with it.
+    user, rest = PG_DSN.split("://", 1)[1].split("@", 1)
+    url = f"postgresql://{user.split(':')[0]}:{SECRET}@{rest}?schema={pg_schema}&table_prefix=pw_"
+    result = await cli("stats", "--db", url)
+    assert result.code == 0, result.err
+    assert SECRET not in result.out + result.err
+    assert ":***@" in result.out
+
+
+async def test_missing_cli_extra_prints_the_install_hint() -> None:
+    code = (
+        "import sys; sys.modules['typer'] = None; "
+        "from sessions._cli import main; sys.exit(main(['list']))"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 2
+    assert "pip install 'txsessions[cli]'" in err.decode()
+    assert len(err.decode().strip().splitlines()) == 1

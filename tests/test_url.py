@@ -1,0 +1,177 @@
+"""``open_store(url)``, URL parsing and password redaction."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sessions import SQLiteStore, open_store
+from sessions._url import parse_url, redact_url, scrub
+from sessions.errors import StorageError
+
+from .conftest import PG_DSN, require_postgres
+
+SECRET = "Sup3r-Secret_pw"
+
+
+@pytest.mark.parametrize(
+    ("url", "path"),
+    [
+        ("sqlite:///relative.db", "relative.db"),
+        ("sqlite:///dir/sub.db", "dir/sub.db"),
+        ("sqlite:////abs/path.db", "/abs/path.db"),
+        ("sqlite:///my%20file.db", "my file.db"),
+        ("sqlite://", ":memory:"),
+        ("sqlite:///:memory:", ":memory:"),
+        ("SQLITE:///x.db", "x.db"),
+    ],
+)
+def test_sqlite_url_forms(url: str, path: str) -> None:
+    parsed = parse_url(url)
+    assert (parsed.kind, parsed.target, parsed.options) == ("sqlite", path, {})
+
+
+def test_sqlite_url_options() -> None:
+    parsed = parse_url("sqlite:///x.db?synchronous=normal&busy_timeout=2.5")
+    assert parsed.options == {"synchronous": "NORMAL", "busy_timeout": 2.5}
+
+
+def test_postgres_url_strips_our_parameters_only() -> None:
+    url = f"postgresql://app:{SECRET}@db.internal:6432/app?schema=chat&table_prefix=t_&sslmode=disable"
+    parsed = parse_url(url)
+    assert parsed.kind == "postgres"
+    assert parsed.options == {"schema": "chat", "table_prefix": "t_"}
+    assert parsed.target == f"postgresql://app:{SECRET}@db.internal:6432/app?sslmode=disable"
+    assert SECRET not in repr(parsed) and SECRET not in parsed.display
+    for scheme in ("postgres", "postgresql+asyncpg"):
+        assert parse_url(f"{scheme}://u@h/db").target.endswith("://u@h/db")
+    assert parse_url("postgresql://u@h1:5432,h2:5433/db").kind == "postgres"
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("", "empty"),
+        ("chat.db", "sqlite:///chat.db"),
+        ("mysql://u@h/db", "unknown scheme 'mysql'"),
+        ("sqlite://host/x.db", "no host"),
+        ("sqlite:///x.db?journal=wal", "unknown SQLite parameter 'journal'"),
+        ("sqlite:///x.db?synchronous=sometimes", "synchronous"),
+        ("sqlite:///x.db?busy_timeout=-1", "busy_timeout"),
+        (f"postgresql://u:{SECRET}@h:notaport/db", "port"),
+        (f"postgresql://u:{SECRET}@h/db?schema=", "schema= is empty"),
+        ("postgresql://", "no host"),
+    ],
+)
+def test_bad_urls_raise_value_error_naming_the_problem(url: str, words: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_url(url)
+    assert words in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (f"postgresql://app:{SECRET}@h:5432/db", "postgresql://app:***@h:5432/db"),
+        (f"postgres://app:{SECRET}@h/db?schema=x", "postgres://app:***@h/db?schema=x"),
+        ("postgresql://app:p%40ss%2Fw@h/db", "postgresql://app:***@h/db"),
+        ("postgresql://app:p@ss@h/db", "postgresql://app:***@h/db"),  # unescaped '@'
+        (f"postgresql://h/db?password={SECRET}&x=1", "postgresql://h/db?password=***&x=1"),
+        ("postgresql://app@h/db", "postgresql://app@h/db"),
+        ("sqlite:////tmp/a:b@c.db", "sqlite:////tmp/a:b@c.db"),
+        ("not a url", "not a url"),
+    ],
+)
+def test_redact_url(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
+
+
+def test_scrub_masks_url_and_bare_password() -> None:
+    url = f"postgresql://app:{SECRET}@h/db"
+    text = f"connect to {url} failed: password {SECRET!r} rejected"
+    cleaned = scrub(text, url)
+    assert SECRET not in cleaned
+    assert "postgresql://app:***@h/db" in cleaned
+    encoded = "postgresql://app:a%2Fb%40c@h/db"
+    assert "a/b@c" not in scrub("bad password a/b@c", encoded)
+
+
+async def test_open_store_sqlite_file_memory_and_missing(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = await open_store(f"sqlite:///{path}")
+    try:
+        assert isinstance(store, SQLiteStore) and store.path == str(path)
+        session = store.session("a")
+        await session.add_items([{"role": "user", "content": "hi"}])
+        await session.commit()
+    finally:
+        await store.close()
+    again = await open_store(f"sqlite:///{path}", create=False)
+    try:
+        assert await again.session("a").get_items() == [{"role": "user", "content": "hi"}]
+    finally:
+        await again.close()
+
+    memory = await open_store("sqlite://")
+    try:
+        assert isinstance(memory, SQLiteStore) and memory.path == ":memory:"
+    finally:
+        await memory.close()
+
+    missing = tmp_path / "missing.db"
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        await open_store(f"sqlite:///{missing}", create=False)
+    assert not missing.exists()
+    with pytest.raises(StorageError, match="cannot open SQLite database"):
+        await open_store(f"sqlite:///{tmp_path}/no/such/dir/x.db")
+
+
+async def test_open_store_postgres_schema_and_prefix(pg_schema: str) -> None:
+    require_postgres()
+    prefix = f"u{uuid.uuid4().hex[:8]}_"
+    store = await open_store(
+        f"{PG_DSN}?schema={pg_schema}&table_prefix={prefix}", min_size=1, max_size=2
+    )
+    try:
+        backend = store.backend
+        assert getattr(backend, "schema", None) == pg_schema
+        assert getattr(backend, "table_prefix", None) == prefix
+        session = store.session("a")
+        await session.add_items([{"n": 1}])
+        await session.commit()
+        assert [i.session_id for i in await store.list_sessions()] == ["a"]
+    finally:
+        await store.close()
+
+
+async def test_postgres_errors_never_show_the_password(pg_schema: str) -> None:
+    require_postgres()
+    # Nothing listens on port 1; and a role that does not exist on the real server.
+    for url in (
+        f"postgresql://postgres:{SECRET}@127.0.0.1:1/postgres",
+        f"postgresql://nobody_{uuid.uuid4().hex[:6]}:{SECRET}@127.0.0.1:5432/postgres",
+        f"postgresql://postgres@127.0.0.1:1/postgres?password={SECRET}",
+    ):
+        with pytest.raises(StorageError) as info:
+            await asyncio.wait_for(open_store(url, min_size=1, max_size=1), 30)
+        message = str(info.value)
+        assert SECRET not in message
+        assert info.value.__cause__ is None  # the driver's exception is not chained
+    with pytest.raises(ValueError) as bad:
+        await open_store(f"postgresql://postgres:{SECRET}@127.0.0.1/postgres?schema=a-b")
+    assert "a-b" in str(bad.value) and SECRET not in str(bad.value)
+
+
+def test_package_import_does_not_load_the_cli() -> None:
+    code = (
+        "import sys, sessions; sessions.open_store; "
+        "bad = [m for m in ('typer', 'rich', 'click', 'sessions._cli') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
