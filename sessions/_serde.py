@@ -16,13 +16,8 @@ from .errors import InvalidItemError
 
 logger = logging.getLogger("sessions")
 
-_encode_fast = json.JSONEncoder(
+_encode = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=True
-).encode
-# Used only when the fast form cannot be encoded as UTF-8 (a lone surrogate):
-# \uXXXX escapes round-trip exactly and every database accepts them.
-_encode_ascii = json.JSONEncoder(
-    ensure_ascii=True, allow_nan=False, separators=(",", ":"), check_circular=True
 ).encode
 _decode = json.JSONDecoder().decode
 
@@ -66,7 +61,7 @@ def encode_item(item: Any, index: int = 0) -> str:
         )
     try:
         _check_keys(item, 0)
-        text = _encode_fast(item)
+        text = _encode(item)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidItemError(
             f"item {index} ({type(item).__name__}) is not JSON-serializable: {exc}",
@@ -75,8 +70,15 @@ def encode_item(item: Any, index: int = 0) -> str:
         ) from exc
     try:
         text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = _encode_ascii(item)
+    except UnicodeEncodeError as exc:
+        # A lone surrogate is not Unicode text: no JSON decoder can give it back
+        # unchanged (an escaped high+low pair decodes as ONE astral character).
+        raise InvalidItemError(
+            f"item {index} ({type(item).__name__}) contains a lone surrogate "
+            f"{text[exc.start : exc.end]!r}, which is not valid Unicode text",
+            index=index,
+            item_type=type(item).__name__,
+        ) from None
     return text
 
 

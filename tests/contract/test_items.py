@@ -70,6 +70,8 @@ async def test_add_items_never_suspends_when_buffered(store: Store[Any], sid: st
         ({"x": float("inf")}, "dict"),
         ({"x": object()}, "dict"),
         ({1: "non-str key"}, "dict"),
+        ({"x": "lone \ud800 surrogate"}, "dict"),
+        ({"x": "\ud800\udc00"}, "dict"),
         ("just a string", "str"),
         (["a", "list"], "list"),
         (None, "NoneType"),

@@ -1,0 +1,837 @@
+"""PostgreSQL backend (asyncpg): one pool per store, one round trip per common commit.
+
+The backend only loads rows and applies batches; staging, retries and outcome
+resolution live in the core (:mod:`sessions._core`).
+
+* A batch of items only (the common turn) is ONE statement: data-modifying CTEs record
+  the batch id (``ON CONFLICT DO NOTHING``), bump the session row (which locks it and
+  hands out a contiguous ``seq`` range) only if the id was new, and insert the items
+  from ``unnest($n::text[]) WITH ORDINALITY``.
+* Pops, clears and several queued batches run in an explicit transaction that first
+  locks the session row in a statement of its own, so that every later statement of
+  that transaction (under READ COMMITTED each takes a fresh snapshot) sees every item
+  committed before the lock was granted.
+* A pooled connection goes back to the pool clean or not at all: anything other than a
+  server-reported error (cancellation, timeout, lost connection) terminates it.
+
+Tables live in ``schema`` (created if missing) and are named ``<table_prefix>sessions``,
+``<table_prefix>items``, ``<table_prefix>batches`` and ``<table_prefix>schema_version``.
+Migrations run once per store open under ``pg_advisory_xact_lock``, so many processes
+may start at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import asyncpg  # type: ignore[import-untyped]
+
+from ._backend import Batch, Row, SessionInfo
+from ._core import BufferedSession, RetryPolicy
+from ._store import Store
+from .errors import ConflictError, StorageError, StoreClosedError, TransientStorageError
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "PostgresBackend",
+    "PostgresSession",
+    "PostgresStore",
+]
+
+T = TypeVar("T")
+
+logger = logging.getLogger("sessions")
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
+
+#: Each migration: ``(version, statements)``. Statements are templates whose
+#: ``{sessions}``, ``{items}``, ``{batches}`` placeholders become schema-qualified,
+#: quoted table names and ``{prefix}`` the (validated) table prefix. Append only.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            "CREATE TABLE IF NOT EXISTS {sessions} ("
+            ' session_id text COLLATE "C" PRIMARY KEY,'
+            " created_at timestamptz NOT NULL,"
+            " updated_at timestamptz NOT NULL,"
+            " item_count bigint NOT NULL DEFAULT 0,"
+            " next_seq bigint NOT NULL DEFAULT 1)",
+            'CREATE INDEX IF NOT EXISTS "{prefix}sessions_updated" ON {sessions} (updated_at)',
+            # data is TEXT, not jsonb: the core stores exact JSON text, and jsonb
+            # rejects \u0000 and reorders keys.
+            "CREATE TABLE IF NOT EXISTS {items} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " seq bigint NOT NULL,"
+            " batch_id text NOT NULL,"
+            " data text NOT NULL,"
+            " PRIMARY KEY (session_id, seq))",
+            "CREATE TABLE IF NOT EXISTS {batches} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            ' batch_id text COLLATE "C" NOT NULL,'
+            " committed_at timestamptz NOT NULL,"
+            " PRIMARY KEY (session_id, batch_id))",
+        ),
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+_SQL_VERSION_TABLE = (
+    "CREATE TABLE IF NOT EXISTS {version} ("
+    " version integer PRIMARY KEY,"
+    " applied_at timestamptz NOT NULL DEFAULT now())"
+)
+
+# The common commit: one batch of items only, one statement, one round trip.
+# $1 session_id, $2 batch_id, $3 items text[], $4 item count.
+_SQL_APPEND = """
+WITH b AS (
+    INSERT INTO {batches} (session_id, batch_id, committed_at)
+    VALUES ($1, $2, now())
+    ON CONFLICT DO NOTHING
+    RETURNING batch_id
+), s AS (
+    INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq)
+    SELECT $1, now(), now(), $4::bigint, $4::bigint + 1 FROM b
+    ON CONFLICT (session_id) DO UPDATE SET
+        updated_at = excluded.updated_at,
+        item_count = t.item_count + excluded.item_count,
+        next_seq = t.next_seq + excluded.item_count
+    RETURNING t.next_seq - $4::bigint AS base
+)
+INSERT INTO {items} (session_id, seq, batch_id, data)
+SELECT $1, s.base + u.ord - 1, $2, u.data
+FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
+"""
+
+# The general commit, statement 1 of 2+: make sure the session row exists and lock it.
+_SQL_LOCK = """
+INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq)
+VALUES ($1, now(), now(), 0, 1)
+ON CONFLICT (session_id) DO UPDATE SET next_seq = t.next_seq
+RETURNING next_seq
+"""
+
+# The general commit, one statement per batch, after the lock (fresh snapshot).
+# $1 session_id, $2 batch_id, $3 clear, $4 pops bigint[], $5 items text[], $6 item count.
+_SQL_BATCH = """
+WITH b AS (
+    INSERT INTO {batches} (session_id, batch_id, committed_at)
+    VALUES ($1, $2, now())
+    ON CONFLICT DO NOTHING
+    RETURNING batch_id
+), d AS (
+    DELETE FROM {items}
+    WHERE session_id = $1
+      AND ($3::boolean OR seq = ANY($4::bigint[]))
+      AND EXISTS (SELECT 1 FROM b)
+    RETURNING seq
+), s AS (
+    UPDATE {sessions} SET
+        updated_at = now(),
+        item_count = CASE WHEN $3::boolean THEN $6::bigint
+                          ELSE item_count - (SELECT count(*) FROM d) + $6::bigint END,
+        next_seq = next_seq + $6::bigint
+    WHERE session_id = $1 AND EXISTS (SELECT 1 FROM b)
+    RETURNING next_seq - $6::bigint AS base
+), i AS (
+    INSERT INTO {items} (session_id, seq, batch_id, data)
+    SELECT $1, s.base + u.ord - 1, $2, u.data
+    FROM s CROSS JOIN unnest($5::text[]) WITH ORDINALITY AS u(data, ord)
+)
+SELECT (SELECT count(*) FROM b) AS recorded, (SELECT count(*) FROM d) AS removed
+"""
+
+_SQL_LOAD_ALL = "SELECT seq, data FROM {items} WHERE session_id = $1 ORDER BY seq"
+_SQL_LOAD_TAIL = (
+    "SELECT seq, data FROM (SELECT seq, data FROM {items} WHERE session_id = $1 "
+    "ORDER BY seq DESC LIMIT $2) AS tail ORDER BY seq"
+)
+# Always run inside a transaction that is rolled back: see PostgresBackend.applied.
+_SQL_PROBE = (
+    "INSERT INTO {batches} (session_id, batch_id, committed_at) "
+    "SELECT $1, id, now() FROM unnest($2::text[]) AS u(id) "
+    "ON CONFLICT DO NOTHING RETURNING batch_id"
+)
+_INFO_COLUMNS = "session_id, item_count, created_at, updated_at"
+# Session ids are never empty, so ``> ''`` lists from the start; COLLATE "C" on the
+# column makes the order bytewise (code point order), the same as SQLite's.
+_SQL_LIST = (
+    f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id > $1 ORDER BY session_id LIMIT $2"
+)
+_SQL_INFO = f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id = $1"
+_SQL_STALE = (
+    f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE updated_at < $1 "
+    "ORDER BY updated_at, session_id LIMIT $2"
+)
+_SQL_RANGE = (
+    "SELECT seq, data FROM {items} WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+)
+_SQL_DELETE_LOCK = "SELECT 1 FROM {sessions} WHERE session_id = $1 FOR UPDATE"
+_SQL_DELETE_ITEMS = "DELETE FROM {items} WHERE session_id = $1"
+_SQL_DELETE_BATCHES = "DELETE FROM {batches} WHERE session_id = $1"
+_SQL_DELETE_SESSION = "DELETE FROM {sessions} WHERE session_id = $1"
+
+# Server-reported SQLSTATEs after which the connection is gone or the database is
+# going away: retry, and the outcome is known only if the commit was not yet sent.
+_LOST_STATES = frozenset({"57P01", "57P02", "57P03"})
+# Server-reported SQLSTATEs that abort the statement (outcome known) but are worth a
+# retry: serialization failure, deadlock, too many connections, statement cancelled.
+_RETRY_STATES = frozenset({"40001", "40P01", "53300", "57014"})
+# How long a connection may take to roll back after a failure before it is terminated.
+_SETTLE_TIMEOUT = 5.0
+
+
+def validate_identifier(kind: str, value: object) -> str:
+    """``value`` if it is a plain SQL identifier (``^[A-Za-z_][A-Za-z0-9_]{0,40}$``)."""
+    if not isinstance(value, str):
+        raise TypeError(f"{kind} must be a str, got {type(value).__name__}: {value!r}")
+    if not _IDENTIFIER.fullmatch(value):
+        raise ValueError(
+            f"{kind} {value!r} is not a plain SQL identifier: it must match "
+            f"{_IDENTIFIER.pattern} (letters, digits, underscores; not starting with a digit)"
+        )
+    return value
+
+
+def _validate_prefix(value: object) -> str:
+    # A prefix may be empty; it is checked as the start of an identifier.
+    if isinstance(value, str) and value == "":
+        return value
+    return validate_identifier("table_prefix", value)
+
+
+@dataclass(frozen=True)
+class _Names:
+    """Quoted, schema-qualified table names and the SQL built from them."""
+
+    schema: str
+    prefix: str
+
+    def table(self, name: str) -> str:
+        return f'"{self.schema}"."{self.prefix}{name}"'
+
+    def sql(self, template: str) -> str:
+        return template.format(
+            sessions=self.table("sessions"),
+            items=self.table("items"),
+            batches=self.table("batches"),
+            version=self.table("schema_version"),
+            prefix=self.prefix,
+        )
+
+    @property
+    def lock_key(self) -> int:
+        """A 64-bit advisory lock key for migrations of this schema and prefix."""
+        digest = hashlib.blake2b(
+            f"txsessions:{self.schema}.{self.prefix}".encode(), digest_size=8
+        ).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+
+@dataclass(frozen=True)
+class _Sql:
+    append: str
+    lock: str
+    batch: str
+    load_all: str
+    load_tail: str
+    probe: str
+    list: str
+    info: str
+    stale: str
+    range: str
+    delete: tuple[str, str, str, str]
+
+    @classmethod
+    def build(cls, names: _Names) -> _Sql:
+        s = names.sql
+        return cls(
+            append=s(_SQL_APPEND),
+            lock=s(_SQL_LOCK),
+            batch=s(_SQL_BATCH),
+            load_all=s(_SQL_LOAD_ALL),
+            load_tail=s(_SQL_LOAD_TAIL),
+            probe=s(_SQL_PROBE),
+            list=s(_SQL_LIST),
+            info=s(_SQL_INFO),
+            stale=s(_SQL_STALE),
+            range=s(_SQL_RANGE),
+            delete=(
+                s(_SQL_DELETE_LOCK),
+                s(_SQL_DELETE_ITEMS),
+                s(_SQL_DELETE_BATCHES),
+                s(_SQL_DELETE_SESSION),
+            ),
+        )
+
+
+class _Phase:
+    """Where an operation got to; decides whether a lost connection leaves the outcome known."""
+
+    __slots__ = ("commit_sent",)
+
+    def __init__(self) -> None:
+        self.commit_sent = False
+
+
+def _is_connection_loss(exc: BaseException) -> bool:
+    if isinstance(exc, asyncpg.PostgresConnectionError):  # 08xxx, incl. ConnectionDoesNotExist
+        return True
+    if isinstance(exc, asyncpg.PostgresError):
+        return getattr(exc, "sqlstate", None) in _LOST_STATES
+    if isinstance(exc, asyncpg.InterfaceError):
+        return "closed" in str(exc).lower()
+    if isinstance(exc, asyncpg.InternalClientError):
+        # The protocol is out of step with the server, typically because the backend
+        # died while the connection sat idle in the pool: the connection is unusable.
+        return True
+    return isinstance(exc, (OSError, asyncio.TimeoutError, TimeoutError))
+
+
+def _classify(exc: BaseException, operation: str, phase: _Phase) -> StorageError | None:
+    """The :mod:`sessions.errors` exception for an asyncpg/OS failure, or ``None``."""
+    detail = f"{type(exc).__name__}: {exc}"
+    if _is_connection_loss(exc):
+        known = not phase.commit_sent
+        return TransientStorageError(
+            f"PostgreSQL {operation}: connection lost or database unavailable "
+            f"({'nothing was committed' if known else 'the commit may have been applied'}): "
+            f"{detail}",
+            outcome_known=known,
+        )
+    if isinstance(exc, asyncpg.PostgresError):
+        state = getattr(exc, "sqlstate", None)
+        if state in _RETRY_STATES:
+            return TransientStorageError(
+                f"PostgreSQL {operation} failed and was rolled back (SQLSTATE {state}): {detail}",
+                outcome_known=True,
+            )
+        return StorageError(f"PostgreSQL {operation} failed (SQLSTATE {state}): {detail}")
+    if isinstance(exc, asyncpg.InterfaceError):
+        return StorageError(f"PostgreSQL {operation} failed: {detail}")
+    return None
+
+
+class PostgresBackend:
+    """Stores batches in PostgreSQL through an asyncpg pool.
+
+    ``owns_pool`` decides whether :meth:`close` closes the pool; a borrowed pool stays
+    open (close only waits for this backend's operations in flight).
+    """
+
+    atomic = True
+    idempotent = True
+
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        schema: str = "public",
+        table_prefix: str = "txs_",
+        owns_pool: bool,
+        close_timeout: float = 60.0,
+    ) -> None:
+        self._names = _Names(validate_identifier("schema", schema), _validate_prefix(table_prefix))
+        self._sql = _Sql.build(self._names)
+        self._pool: Any = pool
+        self._owns_pool = owns_pool
+        self._close_timeout = close_timeout
+        self._closed = False
+        self._inflight = 0
+        self._drained: asyncio.Event | None = None
+
+    @property
+    def pool(self) -> Any:
+        """The ``asyncpg.Pool`` in use."""
+        return self._pool
+
+    @property
+    def owns_pool(self) -> bool:
+        return self._owns_pool
+
+    @property
+    def schema(self) -> str:
+        return self._names.schema
+
+    @property
+    def table_prefix(self) -> str:
+        return self._names.prefix
+
+    def table(self, name: str) -> str:
+        """The quoted, schema-qualified name of table ``name`` (``"items"``, ...)."""
+        return self._names.table(name)
+
+    # ------------------------------------------------------------------ connections
+
+    async def _run(
+        self,
+        operation: str,
+        fn: Callable[[Any, _Phase], Awaitable[T]],
+    ) -> T:
+        """Run ``fn(conn, phase)`` on a pooled connection; classify failures.
+
+        The connection goes back to the pool only idle, outside any transaction. After
+        any failure (a server error, a ``ConflictError``, a timeout, a cancellation)
+        ``ROLLBACK`` is sent; asyncpg first waits for the server to acknowledge the
+        cancellation of an interrupted statement, so nothing of ours keeps running on
+        the server. If that does not succeed within ``_SETTLE_TIMEOUT`` seconds, or the
+        connection is gone, or the rollback is itself cancelled, the connection is
+        terminated (the server then aborts whatever transaction it had open).
+        """
+        if self._closed:
+            raise StoreClosedError(f"PostgreSQL {operation}: the store is closed")
+        phase = _Phase()
+        self._inflight += 1
+        try:
+            try:
+                conn = await self._pool.acquire()
+            except Exception as exc:
+                error = _classify(exc, operation, phase)  # nothing was sent: known
+                if error is None:
+                    raise
+                raise error from exc
+            clean = False
+            try:
+                result = await fn(conn, phase)
+                clean = True
+                return result
+            except Exception as exc:
+                if isinstance(exc, StorageError):
+                    raise
+                error = _classify(exc, operation, phase)
+                if error is None:
+                    raise
+                raise error from exc
+            finally:
+                try:
+                    if not clean:
+                        clean = await _settle_connection(conn)
+                finally:
+                    if not clean:
+                        _terminate(conn)
+                    await _release(self._pool, conn)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0 and self._drained is not None:
+                self._drained.set()
+
+    async def _fetch(self, operation: str, sql: str, *args: Any) -> list[Any]:
+        async def run(conn: Any, phase: _Phase) -> list[Any]:
+            rows: list[Any] = await conn.fetch(sql, *args)
+            return rows
+
+        return await self._run(operation, run)
+
+    # ------------------------------------------------------------------ Backend
+
+    async def load(self, session_id: str, limit: int | None) -> list[Row]:
+        if limit is None:
+            rows = await self._fetch("read", self._sql.load_all, session_id)
+        else:
+            rows = await self._fetch("read", self._sql.load_tail, session_id, limit)
+        return [(row[0], row[1]) for row in rows]
+
+    async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
+        if not batches:
+            return
+        if len(batches) == 1 and not batches[0].clear and not batches[0].pops:
+            await self._run(
+                "commit", lambda conn, phase: self._append(conn, phase, session_id, batches[0])
+            )
+        else:
+            await self._run(
+                "commit", lambda conn, phase: self._transact(conn, phase, session_id, batches)
+            )
+
+    async def _append(self, conn: Any, phase: _Phase, session_id: str, batch: Batch) -> None:
+        items = list(batch.items)
+        phase.commit_sent = True  # autocommit: this statement is the commit
+        await conn.execute(self._sql.append, session_id, batch.batch_id, items, len(items))
+
+    async def _transact(
+        self, conn: Any, phase: _Phase, session_id: str, batches: Sequence[Batch]
+    ) -> None:
+        await conn.execute("BEGIN")
+        await conn.fetchval(self._sql.lock, session_id)
+        for batch in batches:
+            recorded, removed = await conn.fetchrow(
+                self._sql.batch,
+                session_id,
+                batch.batch_id,
+                batch.clear,
+                list(batch.pops),
+                list(batch.items),
+                len(batch.items),
+            )
+            if recorded and not batch.clear and removed != len(batch.pops):
+                raise ConflictError(
+                    f"session {session_id!r}: {len(batch.pops) - removed} of "
+                    f"{len(batch.pops)} popped item(s) were already removed by another writer"
+                )
+        phase.commit_sent = True
+        await conn.execute("COMMIT")
+
+    async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
+        """Which of ``batch_ids`` are committed, waiting for any commit still in flight.
+
+        A plain ``SELECT`` cannot see a transaction that is still running on the
+        server (say, a statement whose connection we lost while it waited for a lock):
+        it would answer "not applied" and that transaction could commit a moment
+        later. So this inserts the ids in a transaction that is always rolled back:
+        inserting a key that an unfinished transaction inserted waits for it to end.
+        Ids that conflict are applied; the others are not (and nothing is written).
+        """
+        if not batch_ids:
+            return set()
+        ids = list(dict.fromkeys(batch_ids))
+
+        async def run(conn: Any, phase: _Phase) -> set[str]:
+            await conn.execute("BEGIN")
+            fresh = await conn.fetch(self._sql.probe, session_id, ids)
+            await conn.execute("ROLLBACK")
+            return set(ids) - {row[0] for row in fresh}
+
+        return await self._run("read", run)
+
+    async def close(self) -> None:
+        """Stop new operations, wait for those in flight, close the pool if owned.
+
+        Waits at most ``close_timeout`` seconds; an owned pool that has not closed by
+        then is terminated (its connections dropped, their transactions aborted).
+        """
+        if self._closed:
+            return
+        self._closed = True
+        if self._inflight:
+            self._drained = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._drained.wait(), self._close_timeout)
+            except asyncio.TimeoutError:
+                logger.warning(
+                    "PostgreSQL store close: %d operation(s) still running after %.0fs",
+                    self._inflight,
+                    self._close_timeout,
+                )
+        if not self._owns_pool:
+            return
+        try:
+            await asyncio.wait_for(self._pool.close(), self._close_timeout)
+        except asyncio.TimeoutError:
+            logger.warning(
+                "PostgreSQL pool did not close within %.0fs; terminating it", self._close_timeout
+            )
+            self._pool.terminate()
+        except BaseException:
+            self._pool.terminate()
+            raise
+
+    # ------------------------------------------------------------------ AdminBackend
+
+    async def list_sessions(self, *, limit: int, after: str | None) -> list[SessionInfo]:
+        rows = await self._fetch(
+            "list_sessions", self._sql.list, "" if after is None else after, limit
+        )
+        return [_info(row) for row in rows]
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        rows = await self._fetch("session_info", self._sql.info, session_id)
+        return _info(rows[0]) if rows else None
+
+    async def stale_sessions(self, cutoff: datetime, *, limit: int) -> list[SessionInfo]:
+        if cutoff.tzinfo is None:
+            cutoff = cutoff.replace(tzinfo=timezone.utc)
+        rows = await self._fetch("stale_sessions", self._sql.stale, cutoff, min(limit, 2**62))
+        return [_info(row) for row in rows]
+
+    async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
+        start = -(2**62) if after is None else after
+        rows = await self._fetch("read_range", self._sql.range, session_id, start, limit)
+        return [(row[0], row[1]) for row in rows]
+
+    async def delete_session(self, session_id: str) -> bool:
+        lock, items, batches, session = self._sql.delete
+
+        async def run(conn: Any, phase: _Phase) -> bool:
+            await conn.execute("BEGIN")
+            # Lock first, delete in later statements: they see everything committed
+            # by writers that held the session row before us.
+            existed = await conn.fetchval(lock, session_id) is not None
+            await conn.execute(items, session_id)
+            await conn.execute(batches, session_id)
+            await conn.execute(session, session_id)
+            phase.commit_sent = True
+            await conn.execute("COMMIT")
+            return existed
+
+        return await self._run("delete_session", run)
+
+    # ------------------------------------------------------------------ schema
+
+    async def migrate(self) -> int:
+        """Create the schema and tables if needed; return the schema version.
+
+        Cheap when up to date (one catalog lookup). Otherwise runs every pending
+        migration in one transaction under ``pg_advisory_xact_lock``, so processes
+        starting at the same time apply each migration exactly once.
+        """
+
+        async def run(conn: Any, phase: _Phase) -> int:
+            version = await self._current_version(conn)
+            if version == SCHEMA_VERSION:
+                return version
+            await conn.execute("BEGIN")
+            await conn.execute("SELECT pg_advisory_xact_lock($1)", self._names.lock_key)
+            exists = await conn.fetchval(
+                "SELECT 1 FROM pg_namespace WHERE nspname = $1", self._names.schema
+            )
+            if not exists:
+                await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._names.schema}"')
+            await conn.execute(self._names.sql(_SQL_VERSION_TABLE))
+            version = await conn.fetchval(
+                self._names.sql("SELECT coalesce(max(version), 0) FROM {version}")
+            )
+            self._check_version(version)
+            for number, statements in MIGRATIONS:
+                if number <= version:
+                    continue
+                for statement in statements:
+                    await conn.execute(self._names.sql(statement))
+                await conn.execute(
+                    self._names.sql("INSERT INTO {version} (version) VALUES ($1)"), number
+                )
+                version = number
+            phase.commit_sent = True
+            await conn.execute("COMMIT")
+            return int(version)
+
+        return await self._run("schema setup", run)
+
+    async def _current_version(self, conn: Any) -> int | None:
+        table = await conn.fetchval(
+            "SELECT to_regclass($1)::text", self._names.table("schema_version")
+        )
+        if table is None:
+            return None
+        version = await conn.fetchval(self._names.sql("SELECT max(version) FROM {version}"))
+        if version is not None:
+            self._check_version(version)
+        return None if version is None else int(version)
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StorageError(
+                f"PostgreSQL schema {self._names.schema!r} (prefix {self._names.prefix!r}) "
+                f"is at version {version}, newer than this version of txsessions supports "
+                f"({SCHEMA_VERSION}); upgrade txsessions"
+            )
+
+
+async def _settle_connection(conn: Any) -> bool:
+    """After a failure: bring ``conn`` back to idle; ``True`` if it is safe to pool.
+
+    ``ROLLBACK`` is sent even outside a transaction (the server answers with a
+    warning only): asyncpg makes it wait until an interrupted statement's
+    cancellation has been acknowledged, so a ``True`` here also means no statement
+    of ours is still running on the server. A cancellation here propagates; the
+    caller then terminates the connection.
+    """
+    try:
+        if conn.is_closed():
+            return False
+        await asyncio.wait_for(conn.execute("ROLLBACK"), _SETTLE_TIMEOUT)
+        return not conn.is_closed() and not conn.is_in_transaction()
+    except Exception:  # noqa: BLE001 - any failure here means: terminate the connection
+        return False
+
+
+def _terminate(conn: Any) -> None:
+    try:
+        conn.terminate()
+    except asyncpg.InterfaceError:
+        pass  # the pool already detached it: the connection is gone
+
+
+async def _release(pool: Any, conn: Any) -> None:
+    """Give ``conn`` back to ``pool``; never fails the operation that used it.
+
+    asyncpg resets a connection on release and, if that fails (the backend was
+    terminated meanwhile), terminates it and re-raises. The work is already done
+    (or already failed with its own error) by then, so that error is only logged.
+    """
+    try:
+        await pool.release(conn)
+    except Exception as exc:  # noqa: BLE001 - the connection is terminated by asyncpg
+        logger.debug("PostgreSQL connection dropped on release: %s: %s", type(exc).__name__, exc)
+
+
+def _info(row: Any) -> SessionInfo:
+    return SessionInfo(session_id=row[0], item_count=row[1], created_at=row[2], updated_at=row[3])
+
+
+def _redact(dsn: str) -> str:
+    """The DSN without its password, for error messages."""
+    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", dsn)
+
+
+class PostgresStore(Store["PostgresSession"]):
+    """PostgreSQL shared by many sessions through one asyncpg pool.
+
+    ``store = await PostgresStore.open(dsn)`` creates and owns a pool (closed by
+    :meth:`close`); ``await PostgresStore.from_pool(pool)`` borrows the caller's pool,
+    which :meth:`close` leaves open. Then ``store.session(session_id)``.
+    """
+
+    def __init__(self, backend: PostgresBackend, *, retry: RetryPolicy | None = None) -> None:
+        super().__init__(backend, retry=retry)
+        self.session_class = PostgresSession
+        self.postgres = backend
+
+    @classmethod
+    async def open(
+        cls,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        schema: str = "public",
+        table_prefix: str = "txs_",
+        statement_cache_size: int | None = None,
+        command_timeout: float | None = 60.0,
+        retry: RetryPolicy | None = None,
+        **connect_kwargs: Any,
+    ) -> PostgresStore:
+        """Create a pool on ``dsn``, set up the schema, and return a store owning the pool.
+
+        ``statement_cache_size=0`` disables named prepared statements (needed behind
+        PgBouncer in transaction pooling mode before 1.21). ``command_timeout`` bounds
+        each statement (seconds). Other keyword arguments go to ``asyncpg.create_pool``.
+        """
+        if not isinstance(dsn, str) or not dsn:
+            raise TypeError(f"dsn must be a non-empty str, got {dsn!r}")
+        validate_identifier("schema", schema)
+        _validate_prefix(table_prefix)
+        for name, value in (("min_size", min_size), ("max_size", max_size)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if min_size < 0 or max_size < 1 or min_size > max_size:
+            raise ValueError(
+                f"need 0 <= min_size <= max_size and max_size >= 1, "
+                f"got min_size={min_size}, max_size={max_size}"
+            )
+        kwargs = dict(connect_kwargs)
+        if statement_cache_size is not None:
+            kwargs["statement_cache_size"] = statement_cache_size
+        try:
+            pool = await asyncpg.create_pool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                command_timeout=command_timeout,
+                **kwargs,
+            )
+        except Exception as exc:
+            error = _classify(exc, "connect", _Phase())
+            if error is None:
+                raise
+            message = f"cannot open a pool on {_redact(dsn)}: {error}"
+            if isinstance(error, TransientStorageError):
+                raise TransientStorageError(message, outcome_known=True) from exc
+            raise StorageError(message) from exc
+        try:
+            backend = PostgresBackend(
+                pool, schema=schema, table_prefix=table_prefix, owns_pool=True
+            )
+            await backend.migrate()
+        except BaseException:
+            pool.terminate()
+            raise
+        return cls(backend, retry=retry)
+
+    @classmethod
+    async def from_pool(
+        cls,
+        pool: Any,
+        *,
+        schema: str = "public",
+        table_prefix: str = "txs_",
+        retry: RetryPolicy | None = None,
+    ) -> PostgresStore:
+        """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
+
+        :meth:`close` waits for this store's operations, then leaves the pool open.
+        """
+        if not isinstance(pool, asyncpg.Pool):
+            raise TypeError(f"pool must be an asyncpg.Pool, got {type(pool).__name__}")
+        backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
+        await backend.migrate()
+        return cls(backend, retry=retry)
+
+    @property
+    def pool(self) -> Any:
+        """The ``asyncpg.Pool`` (owned only if the store was made by :meth:`open`)."""
+        return self.postgres.pool
+
+    @property
+    def schema(self) -> str:
+        return self.postgres.schema
+
+    @property
+    def table_prefix(self) -> str:
+        return self.postgres.table_prefix
+
+
+class PostgresSession(BufferedSession):
+    """A buffered session stored in PostgreSQL.
+
+    ``PostgresSession(session_id, dsn)`` opens a small pool of its own on first use and
+    closes it in :meth:`close`: fine for scripts, not for servers (one pool per
+    session). Servers share one :class:`PostgresStore` and call
+    ``store.session(session_id)`` (or pass ``store=``, which is borrowed, not closed).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        dsn: str | None = None,
+        *,
+        autocommit: bool = False,
+        session_settings: Any = None,
+        schema: str = "public",
+        table_prefix: str = "txs_",
+        store: PostgresStore | None = None,
+    ) -> None:
+        if store is not None:
+            if dsn is not None:
+                raise TypeError("pass either dsn or store=, not both")
+            if not isinstance(store, PostgresStore):
+                raise TypeError(f"store must be a PostgresStore, got {type(store).__name__}")
+            super().__init__(
+                session_id, store=store, autocommit=autocommit, session_settings=session_settings
+            )
+            return
+        if not isinstance(dsn, str) or not dsn:
+            raise TypeError(f"PostgresSession needs a dsn (a non-empty str) or store=, got {dsn!r}")
+        validate_identifier("schema", schema)
+        _validate_prefix(table_prefix)
+        url = dsn
+
+        async def factory() -> Store[Any]:
+            return await PostgresStore.open(
+                url, min_size=1, max_size=2, schema=schema, table_prefix=table_prefix
+            )
+
+        super().__init__(
+            session_id,
+            store_factory=factory,
+            autocommit=autocommit,
+            session_settings=session_settings,
+        )
