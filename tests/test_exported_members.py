@@ -24,7 +24,9 @@ def test_errors_all_is_sorted_and_complete() -> None:
     names = sorted(
         n
         for n, v in vars(sessions.errors).items()
-        if isinstance(v, type) and issubclass(v, BaseException | Warning) and not n.startswith("_")
+        if isinstance(v, type)
+        and issubclass(v, BaseException | Warning)
+        and not n.startswith("_")
         and v.__module__ == "sessions.errors"
     )
     assert sorted(sessions.errors.__all__) == list(sessions.errors.__all__) == names

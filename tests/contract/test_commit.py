@@ -62,7 +62,9 @@ async def test_commit_is_all_or_nothing_when_the_database_fails_mid_batch(
     assert not session.has_pending
 
 
-async def test_commit_is_durable_when_it_returns(store: Store[Any], target: Target, sid: str) -> None:
+async def test_commit_is_durable_when_it_returns(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     await session.add_items([msg("1"), msg("2")])
     await session.commit()
@@ -105,7 +107,9 @@ async def test_commit_is_shielded_from_cancellation(
     assert await stored(target, sid) == [msg("1"), msg("2"), msg("3")]
 
 
-async def test_commit_under_timeout_still_completes(store: Store[Any], target: Target, sid: str) -> None:
+async def test_commit_under_timeout_still_completes(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     proxy = install_proxy(store)
 
@@ -264,8 +268,9 @@ async def test_close_with_staged_changes_warns_and_writes_nothing(
 ) -> None:
     session = store.session(sid)
     await session.add_items([msg("1"), msg("2")])
-    with caplog.at_level(logging.WARNING, logger="sessions"), pytest.warns(
-        UncommittedChangesWarning, match=sid
+    with (
+        caplog.at_level(logging.WARNING, logger="sessions"),
+        pytest.warns(UncommittedChangesWarning, match=sid),
     ):
         await session.close()
     assert any(sid in r.getMessage() and "2 staged item" in r.getMessage() for r in caplog.records)
@@ -278,8 +283,9 @@ async def test_garbage_collected_session_with_staged_changes_warns(
 ) -> None:
     session = store.session(sid)
     await session.add_items([msg("1")])
-    with caplog.at_level(logging.WARNING, logger="sessions"), pytest.warns(
-        UncommittedChangesWarning, match=sid
+    with (
+        caplog.at_level(logging.WARNING, logger="sessions"),
+        pytest.warns(UncommittedChangesWarning, match=sid),
     ):
         del session
         gc.collect()
@@ -296,14 +302,18 @@ async def test_clean_close_does_not_warn(store: Store[Any], sid: str) -> None:
 # ------------------------------------------------------------------ transaction()
 
 
-async def test_transaction_commits_on_normal_exit(store: Store[Any], target: Target, sid: str) -> None:
+async def test_transaction_commits_on_normal_exit(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     async with session.transaction():
         await session.add_items([msg("1")])
     assert await stored(target, sid) == [msg("1")]
 
 
-async def test_transaction_rolls_back_on_exception(store: Store[Any], target: Target, sid: str) -> None:
+async def test_transaction_rolls_back_on_exception(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     with pytest.raises(KeyError):
         async with session.transaction():
@@ -313,7 +323,9 @@ async def test_transaction_rolls_back_on_exception(store: Store[Any], target: Ta
     assert await stored(target, sid) == []
 
 
-async def test_transaction_rolls_back_on_cancellation(store: Store[Any], target: Target, sid: str) -> None:
+async def test_transaction_rolls_back_on_cancellation(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     started = asyncio.Event()
 
@@ -372,7 +384,9 @@ async def test_writes_from_a_finished_transaction_are_refused(
     assert await stored(target, sid) == [msg("next turn")]
 
 
-async def test_tasks_inside_a_live_transaction_can_write(store: Store[Any], target: Target, sid: str) -> None:
+async def test_tasks_inside_a_live_transaction_can_write(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     async with session.transaction():
         await asyncio.create_task(session.add_items([msg("from a child task")]))

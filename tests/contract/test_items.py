@@ -30,7 +30,9 @@ async def stored(target: Target, session_id: str) -> list[Any]:
 # ------------------------------------------------------------------ line 1: add_items
 
 
-async def test_add_items_snapshots_at_call_time(store: Store[Any], target: Target, sid: str) -> None:
+async def test_add_items_snapshots_at_call_time(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     item = {"role": "user", "content": [{"type": "input_text", "text": "original"}]}
     await session.add_items([item])
@@ -120,7 +122,9 @@ async def test_reads_see_committed_then_staged(store: Store[Any], sid: str) -> N
     assert session.pending.items == 1
 
 
-async def test_staged_clear_hides_committed_history(store: Store[Any], target: Target, sid: str) -> None:
+async def test_staged_clear_hides_committed_history(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     await session.add_items([msg("old")])
     await session.commit()
