@@ -38,6 +38,7 @@ from .errors import (
 
 if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
+    from typing_extensions import Self
 
     from ._store import Store
 
@@ -208,7 +209,29 @@ def _validate_limit(limit: object) -> int | None:
 # --------------------------------------------------------------------------- session
 
 
-class BufferedSession:
+class AsyncResource:
+    """``async with`` support for anything with ``close()`` and ``_check_open()``."""
+
+    def _check_open(self, operation: str) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        self._check_open("__aenter__")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class BufferedSession(AsyncResource):
     """A conversation history whose writes are staged in memory until ``commit()``.
 
     Implements the Agents SDK ``Session`` protocol (``get_items``, ``add_items``,
@@ -421,18 +444,6 @@ class BufferedSession:
         store = self._store
         if self._owns_store and store is not None:
             await shielded(store.close())
-
-    async def __aenter__(self) -> BufferedSession:
-        self._check_open("__aenter__")
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def __del__(self) -> None:
         try:
@@ -651,17 +662,10 @@ class BufferedSession:
                     await asyncio.sleep(delay)
                     continue
                 break
-            except ConflictError as exc:
+            except StorageError as exc:  # the database rolled the transaction back
                 self._unseal(stages)
-                raise CommitConflictError(
-                    f"commit of session {self.session_id!r} failed and was rolled back: {exc}",
-                    session_id=self.session_id,
-                    outcome_known=True,
-                    attempts=attempt,
-                ) from exc
-            except StorageError as exc:
-                self._unseal(stages)
-                raise CommitError(
+                error = CommitConflictError if isinstance(exc, ConflictError) else CommitError
+                raise error(
                     f"commit of session {self.session_id!r} failed and was rolled back "
                     f"(nothing applied; changes still staged): {exc}",
                     session_id=self.session_id,

@@ -5,22 +5,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ._backend import AdminBackend, Backend, SessionInfo
-from ._core import BufferedSession, RetryPolicy, shielded, validate_session_id
+from ._core import AsyncResource, BufferedSession, RetryPolicy, shielded, validate_session_id
 from .errors import SessionError, StoreClosedError
-
-if TYPE_CHECKING:
-    from typing_extensions import Self
 
 __all__ = ["Store"]
 
 S = TypeVar("S", bound=BufferedSession)
 
 
-class Store(Generic[S]):
+class Store(AsyncResource, Generic[S]):
     """A backend shared by sessions, so that thousands of sessions use one connection.
 
     Whoever opens a store closes it: sessions made with :meth:`session` borrow the
@@ -135,18 +131,6 @@ class Store(Generic[S]):
             self._closed = True
             self._close_task = asyncio.ensure_future(self._backend.close())
         await shielded(self._close_task)
-
-    async def __aenter__(self) -> Self:
-        self._check_open("__aenter__")
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {'closed' if self._closed else 'open'}>"
