@@ -101,3 +101,7 @@ class AdminBackend(Protocol):
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
         """Up to ``limit`` rows with key > ``after`` (all keys when ``None``), oldest first."""
         ...
+
+    async def prune_batches(self, cutoff: datetime) -> int:
+        """Forget the ids of batches committed before ``cutoff``; return how many."""
+        ...

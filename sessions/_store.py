@@ -125,6 +125,19 @@ class Store(AsyncResource, Generic[S]):
                 await admin.delete_session(info.session_id)
         return stale
 
+    async def prune_batch_records(self, older_than: timedelta = timedelta(days=1)) -> int:
+        """Forget the ids of batches committed more than ``older_than`` ago.
+
+        Each commit records its batch id so that a retried commit is never applied
+        twice. A record is only needed while a commit of that batch may still be
+        retried (seconds, at most minutes); pruning older ones keeps the table small.
+        Returns how many records were removed.
+        """
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
+            raise ValueError(f"older_than must be a non-negative timedelta, got {older_than!r}")
+        admin = self._admin("prune_batch_records")
+        return await admin.prune_batches(datetime.now(timezone.utc) - older_than)
+
     async def close(self) -> None:
         """Close the database handle (idempotent; waits for in-flight commits)."""
         if self._close_task is None:

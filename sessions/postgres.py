@@ -175,6 +175,7 @@ _SQL_STALE = (
 _SQL_RANGE = (
     "SELECT seq, data FROM {items} WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
 )
+_SQL_PRUNE = "DELETE FROM {batches} WHERE committed_at < $1"
 _SQL_DELETE_LOCK = "SELECT 1 FROM {sessions} WHERE session_id = $1 FOR UPDATE"
 _SQL_DELETE_ITEMS = "DELETE FROM {items} WHERE session_id = $1"
 _SQL_DELETE_BATCHES = "DELETE FROM {batches} WHERE session_id = $1"
@@ -249,6 +250,7 @@ class _Sql:
     info: str
     stale: str
     range: str
+    prune: str
     delete: tuple[str, str, str, str]
 
     @classmethod
@@ -265,6 +267,7 @@ class _Sql:
             info=s(_SQL_INFO),
             stale=s(_SQL_STALE),
             range=s(_SQL_RANGE),
+            prune=s(_SQL_PRUNE),
             delete=(
                 s(_SQL_DELETE_LOCK),
                 s(_SQL_DELETE_ITEMS),
@@ -556,6 +559,16 @@ class PostgresBackend:
         start = -(2**62) if after is None else after
         rows = await self._fetch("read_range", self._sql.range, session_id, start, limit)
         return [(row[0], row[1]) for row in rows]
+
+    async def prune_batches(self, cutoff: datetime) -> int:
+        if cutoff.tzinfo is None:
+            cutoff = cutoff.replace(tzinfo=timezone.utc)
+
+        async def run(conn: Any, phase: _Phase) -> int:
+            status: str = await conn.execute(self._sql.prune, cutoff)
+            return int(status.rsplit(" ", 1)[-1])
+
+        return await self._run("prune_batches", run)
 
     async def delete_session(self, session_id: str) -> bool:
         lock, items, batches, session = self._sql.delete

@@ -281,6 +281,18 @@ class SQLiteBackend:
             (session_id, -(2**62) if after is None else after, limit),
         )
 
+    async def prune_batches(self, cutoff: datetime) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            cursor = conn.execute(
+                "DELETE FROM txs_batches WHERE committed_at < ?", (cutoff.timestamp(),)
+            )
+            return cursor.rowcount
+
+        try:
+            return await self._run(run)
+        except sqlite3.Error as exc:
+            raise _classify(exc, "prune") from exc
+
     async def delete_session(self, session_id: str) -> bool:
         def run(conn: sqlite3.Connection) -> bool:
             conn.execute("BEGIN IMMEDIATE")

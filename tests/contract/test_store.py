@@ -1,0 +1,79 @@
+"""Store operations on every backend: listing, metadata, delete, purge, batch-record pruning."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from sessions import Store
+from tests.conftest import Target
+from tests.contract import raw
+
+
+def msg(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+async def test_list_sessions_pages_in_id_order(store: Store[Any], sid: str) -> None:
+    ids = [f"{sid}-{i:02d}" for i in range(7)]
+    for session_id in reversed(ids):
+        session = store.session(session_id)
+        await session.add_items([msg(session_id)])
+        await session.commit()
+    seen = [info.session_id async for info in store.iter_sessions(page_size=3)]
+    assert [s for s in seen if s.startswith(sid)] == ids
+    page = await store.list_sessions(limit=2, after=ids[2])
+    assert [info.session_id for info in page] == ids[3:5]
+    with pytest.raises(ValueError, match="limit"):
+        await store.list_sessions(limit=0)
+
+
+async def test_delete_session_removes_history_and_metadata(store: Store[Any], sid: str) -> None:
+    session = store.session(sid)
+    await session.add_items([msg("1")])
+    await session.commit()
+    assert (await store.session_info(sid)) is not None
+    assert await store.delete_session(sid) is True
+    assert await store.delete_session(sid) is False
+    assert await store.session_info(sid) is None
+    assert await store.session(sid).get_items() == []
+
+
+async def test_purge_removes_only_stale_sessions_and_dry_run_removes_nothing(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    old, fresh = f"{sid}-old", f"{sid}-fresh"
+    for session_id in (old, fresh):
+        session = store.session(session_id)
+        await session.add_items([msg(session_id)])
+        await session.commit()
+    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
+    await raw.execute(
+        target,
+        f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {raw.param(target, 1)}",
+        old,
+    )
+    would = await store.purge(timedelta(days=30), dry_run=True)
+    assert old in {i.session_id for i in would} and fresh not in {i.session_id for i in would}
+    assert await store.session(old).get_items() == [msg(old)]
+    gone = await store.purge(timedelta(days=30))
+    assert old in {i.session_id for i in gone}
+    assert await store.session(old).get_items() == []
+    assert await store.session(fresh).get_items() == [msg(fresh)]
+    with pytest.raises(ValueError, match="older_than"):
+        await store.purge(timedelta(days=-1))
+
+
+async def test_pruning_batch_records_keeps_recent_ones(store: Store[Any], sid: str) -> None:
+    session = store.session(sid)
+    await session.add_items([msg("1")])
+    await session.commit()
+    assert await store.prune_batch_records(timedelta(days=1)) == 0  # too recent
+    assert await store.prune_batch_records(timedelta(0)) >= 1
+    # History is untouched; only the idempotency records of old commits went.
+    assert await session.get_items() == [msg("1")]
+    await session.add_items([msg("2")])
+    await session.commit()
+    assert await session.get_items() == [msg("1"), msg("2")]
