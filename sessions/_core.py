@@ -679,7 +679,7 @@ class BufferedSession(AsyncResource):
                     raise CommitError(
                         f"commit of session {self.session_id!r} failed with an unexpected "
                         f"{type(exc).__name__}; outcome unknown (changes still staged; "
-                        f"commit() again is safe): {exc}",
+                        f"{_retry_advice(backend)}): {exc}",
                         session_id=self.session_id,
                         outcome_known=False,
                         attempts=attempt,
@@ -710,7 +710,7 @@ class BufferedSession(AsyncResource):
         raise CommitError(
             f"commit of session {self.session_id!r} gave up after {policy.attempts} "
             f"attempt(s); outcome {'known: nothing applied' if outcome_known else 'UNKNOWN'}; "
-            f"changes still staged (commit() again is safe): {last}",
+            f"changes still staged ({_retry_advice(backend)}): {last}",
             session_id=self.session_id,
             outcome_known=outcome_known,
             attempts=policy.attempts,
@@ -734,10 +734,26 @@ class BufferedSession(AsyncResource):
         self._stages = merged
 
 
+def _retry_advice(backend: Backend) -> str:
+    if backend.idempotent:
+        return "commit() again is safe: this batch is applied at most once"
+    return (
+        f"{type(backend).__name__} is not idempotent: check the stored history "
+        "before committing again"
+    )
+
+
 def _coerce_settings(value: object) -> SessionSettings | None:
     if value is None:
         return None
-    from agents.memory.session_settings import SessionSettings, coerce_session_settings
+    try:
+        from agents.memory.session_settings import SessionSettings, coerce_session_settings
+    except ImportError:  # openai-agents releases before SessionSettings existed
+        raise TypeError(
+            "session_settings needs an openai-agents release that has "
+            "agents.memory.session_settings.SessionSettings; upgrade openai-agents or pass "
+            "limit= to get_items()"
+        ) from None
 
     if isinstance(value, (SessionSettings, dict)):
         settings = coerce_session_settings(value)
