@@ -605,12 +605,13 @@ class BufferedSession(AsyncResource):
                 try:
                     await self._commit_locked()
                 except CommitConflictError:
-                    # Another writer removed that item first: forget our pop, read again.
-                    if key is None or attempt == policy.attempts:
-                        raise
+                    # Another writer removed that item first: forget our pop (an autocommit
+                    # session must not keep a change that can never apply), read again.
                     for stage in self._stages:
                         if key in stage.pops:
                             stage.pops.remove(key)
+                    if key is None or attempt == policy.attempts:
+                        raise
                     continue
                 return value
         raise AssertionError("unreachable")  # pragma: no cover

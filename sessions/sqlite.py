@@ -7,6 +7,7 @@ leave a transaction open or half-applied.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sqlite3
 import time
@@ -192,12 +193,15 @@ class SQLiteBackend:
         try:
             await conn
         except sqlite3.Error as exc:
+            # aiosqlite has queued its worker's stop; let it finish while this loop runs.
+            await _join(conn)
             raise StorageError(f"cannot open SQLite database {path!r}: {exc}") from exc
         try:
             raw: sqlite3.Connection = await _call(conn, lambda: conn._conn)
             await _call(conn, _setup, raw, synchronous, busy_timeout)
         except BaseException as exc:
             await conn.close()
+            await _join(conn)
             if isinstance(exc, sqlite3.Error):
                 raise StorageError(f"cannot set up SQLite database {path!r}: {exc}") from exc
             raise
@@ -328,6 +332,11 @@ def _info(row: Sequence[Any]) -> SessionInfo:
         created_at=datetime.fromtimestamp(row[2], timezone.utc),
         updated_at=datetime.fromtimestamp(row[3], timezone.utc),
     )
+
+
+async def _join(conn: aiosqlite.Connection, timeout: float = 5.0) -> None:
+    """Wait (without blocking the loop) until the connection's worker thread has ended."""
+    await asyncio.to_thread(conn._thread.join, timeout)
 
 
 async def _call(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
