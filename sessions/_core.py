@@ -612,8 +612,10 @@ class BufferedSession(AsyncResource):
                             stage.pops.remove(key)
                     if key is None or attempt == policy.attempts:
                         raise
-                    continue
-                return value
+                else:
+                    return value
+            await asyncio.sleep(policy.delay(attempt))  # let the other writer finish
+
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _autocommit_clear(self) -> None:

@@ -1,0 +1,152 @@
+"""Opening databases for the reliability suite, in tests, child processes and the soak.
+
+``Db`` has the same shape as ``tests.conftest.Target`` (``kind``, ``url``,
+``sqlite_path``, ``pg_schema``, ``open()``), so scenario code takes either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from sessions import SQLiteStore, Store
+
+PG_DSN = os.environ.get(
+    "SESSIONS_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+REPO = Path(__file__).resolve().parents[2]
+
+
+class TargetLike(Protocol):
+    kind: str
+    url: str
+    sqlite_path: str | None
+    pg_schema: str | None
+
+    async def open(self, **options: Any) -> Store[Any]: ...
+
+
+def split_pg_url(url: str) -> tuple[str, str | None]:
+    """``postgresql://...?schema=x`` -> (DSN without ``schema``, schema)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema
+
+
+async def open_url(url: str, **options: Any) -> Store[Any]:
+    """A store for ``url`` (``sqlite:///path`` or ``postgresql://...?schema=x``)."""
+    if url.startswith("sqlite:///"):
+        return await SQLiteStore.open(url[len("sqlite:///") :], **options)
+    if url.startswith(("postgres://", "postgresql://")):
+        from sessions.postgres import PostgresStore
+
+        dsn, schema = split_pg_url(url)
+        options.setdefault("min_size", 1)
+        options.setdefault("max_size", 4)
+        if schema is not None:
+            options["schema"] = schema
+        store: Store[Any] = await PostgresStore.open(dsn, **options)
+        return store
+    raise ValueError(f"unsupported database URL: {url!r}")
+
+
+@dataclass
+class Db:
+    """A database for the soak (and for child processes): SQLite file or PG schema."""
+
+    kind: str
+    url: str
+    sqlite_path: str | None = None
+    pg_schema: str | None = None
+    opened: list[Store[Any]] = field(default_factory=list)
+    temp_dir: str | None = None  # removed by drop()
+
+    async def open(self, **options: Any) -> Store[Any]:
+        store = await open_url(self.url, **options)
+        self.opened.append(store)
+        return store
+
+    async def close_all(self) -> None:
+        for store in self.opened:
+            await store.close()
+        self.opened.clear()
+
+    async def drop(self) -> None:
+        await self.close_all()
+        if self.kind == "postgres" and self.pg_schema:
+            await pg_execute(f'DROP SCHEMA IF EXISTS "{self.pg_schema}" CASCADE')
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def new_db(kind: str, directory: str | None = None, *, prefix: str = "txs_rel") -> Db:
+    if kind == "sqlite":
+        root = directory or tempfile.mkdtemp(prefix="txs-rel-")
+        path = os.path.join(root, f"{prefix}-{uuid.uuid4().hex[:8]}.db")
+        return Db(
+            "sqlite", f"sqlite:///{path}", sqlite_path=path, temp_dir=None if directory else root
+        )
+    if kind == "postgres":
+        schema = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        return Db("postgres", with_query(PG_DSN, schema=schema), pg_schema=schema)
+    raise ValueError(f"unknown backend {kind!r}")
+
+
+def with_query(dsn: str, **params: str) -> str:
+    parts = urlsplit(dsn)
+    query = parse_qsl(parts.query, keep_blank_values=True) + list(params.items())
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+async def pg_execute(sql: str, *args: Any, dsn: str = PG_DSN) -> Any:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn, timeout=10)
+    try:
+        return await conn.fetch(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def read_history(target: TargetLike, session_id: str) -> list[Any]:
+    """The stored history as a FRESH store sees it (opened and closed here)."""
+    store = await open_url(target.url)
+    try:
+        session = store.session(session_id)
+        items: list[Any] = await session.get_items()
+        await session.close()
+        return items
+    finally:
+        await store.close()
+
+
+def child_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tests.reliability._child", *args]
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("PYTHONHASHSEED", "0")
+    return env
+
+
+async def spawn(*args: str, stdin: bool = False) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        *child_command(*args),
+        cwd=str(REPO),
+        env=child_env(),
+        stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )

@@ -1,0 +1,42 @@
+"""PostgreSQL: connections lost mid-commit (no server restart here: that is the soak's)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Target
+
+from .lost_connection import give_up_scenarios, lost_ack_scenario, terminate_storm, terminate_sweep
+
+
+@pytest.fixture
+def pg(target: Target) -> Target:
+    if target.kind != "postgres":
+        pytest.skip("lost connections are a PostgreSQL scenario")
+    return target
+
+
+async def test_terminate_backend_at_each_commit_phase(pg: Target) -> None:
+    tries, problems = await terminate_sweep(pg)
+    assert tries == 6
+    assert not problems, "\n".join(problems)
+
+
+async def test_terminate_storm_loses_and_duplicates_nothing(
+    pg: Target, capsys: pytest.CaptureFixture[str]
+) -> None:
+    count, problems, figures = await terminate_storm(pg, writers=4, batches=15)
+    with capsys.disabled():
+        print(f"\npostgres: {count} batches committed under pg_terminate_backend: {figures}")
+    assert not problems, "\n".join(problems[:20])
+    assert figures["backends terminated"] > 0
+
+
+async def test_lost_acknowledgement_is_not_duplicated(pg: Target) -> None:
+    _, problems = await lost_ack_scenario(pg, rounds=6)
+    assert not problems, "\n".join(problems)
+
+
+async def test_retries_exhausted_commit_error_is_accurate_and_keeps_changes(pg: Target) -> None:
+    _, problems = await give_up_scenarios(pg)
+    assert not problems, "\n".join(problems)
