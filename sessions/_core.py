@@ -558,24 +558,25 @@ class BufferedSession(AsyncResource):
         committed: list[Any] = []
         if not clear:
             need = None if limit is None else limit - len(staged)
-            committed = [value for _, value in await self._committed_tail(need, pops)]
+            _, committed = await self._committed_tail(need, pops)
         return committed + [decode_item(text) for text in staged]
 
     async def _committed_tail(
         self, need: int | None, exclude: set[int]
-    ) -> list[tuple[int, dict[str, Any]]]:
-        """The latest ``need`` valid stored items not staged for popping."""
+    ) -> tuple[list[int], list[dict[str, Any]]]:
+        """Keys and values of the latest ``need`` valid stored items not staged for popping."""
         backend = await self._backend()
         fetch = None if need is None else need + len(exclude)
         while True:
             rows = await backend.load(self.session_id, fetch)
             kept = [row for row in rows if row[0] not in exclude] if exclude else rows
-            decoded = decode_rows(kept, self.session_id)
+            keys, values = decode_rows(kept, self.session_id)
             if need is None:
-                return decoded
-            if len(decoded) >= need or fetch is None or len(rows) < fetch:
-                return decoded[len(decoded) - need :] if len(decoded) > need else decoded
-            fetch = fetch * 2 + (need - len(decoded))
+                return keys, values
+            if len(values) >= need or fetch is None or len(rows) < fetch:
+                cut = max(len(values) - need, 0)
+                return keys[cut:], values[cut:]
+            fetch = fetch * 2 + (need - len(values))
 
     async def _stage_pop(self) -> tuple[Any, int | None]:
         """Stage one pop; returns the item and, if it was stored, its row key."""
@@ -585,12 +586,11 @@ class BufferedSession(AsyncResource):
         if stage.clear:
             return None, None
         _, pops, _ = self._staged_view()
-        tail = await self._committed_tail(1, pops)
-        if not tail:
+        keys, values = await self._committed_tail(1, pops)
+        if not values:
             return None, None
-        key, value = tail[-1]
-        stage.pops.append(key)
-        return value, key
+        stage.pops.append(keys[-1])
+        return values[-1], keys[-1]
 
     def _stage_clear(self) -> None:
         stage = self._open_stage()

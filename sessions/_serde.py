@@ -100,12 +100,20 @@ def decode_item(text: str) -> Any:
 
 def decode_rows(
     rows: Sequence[tuple[int, str]], session_id: str
-) -> list[tuple[int, dict[str, Any]]]:
-    """Decode stored rows, skipping (and logging) any that is corrupt.
+) -> tuple[list[int], list[dict[str, Any]]]:
+    """Decode stored rows into ``(keys, items)``, skipping (and logging) corrupt ones.
 
     A corrupt row is never deleted and never hides the valid rows around it.
     """
-    out: list[tuple[int, dict[str, Any]]] = []
+    try:  # the common case: every row is a valid JSON object
+        items = [_decode(text) for _, text in rows]
+    except (ValueError, TypeError):
+        pass
+    else:
+        if all(type(item) is dict for item in items):
+            return [key for key, _ in rows], items
+    keys: list[int] = []
+    items = []
     for key, text in rows:
         try:
             value = _decode(text)
@@ -122,5 +130,6 @@ def decode_rows(
                 type(value).__name__,
             )
             continue
-        out.append((key, value))
-    return out
+        keys.append(key)
+        items.append(value)
+    return keys, items

@@ -441,7 +441,7 @@ class PostgresBackend:
             rows = await self._fetch("read", self._sql.load_all, session_id)
         else:
             rows = await self._fetch("read", self._sql.load_tail, session_id, limit)
-        return [(row[0], row[1]) for row in rows]
+        return rows  # asyncpg Records index and unpack like (seq, data) tuples
 
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
         if not batches:

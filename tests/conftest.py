@@ -123,6 +123,7 @@ class Target:
 
             options.setdefault("min_size", 1)
             options.setdefault("max_size", 4)
+            assert self.pg_schema is not None
             store = await PostgresStore.open(PG_DSN, schema=self.pg_schema, **options)
         self.opened.append(store)
         return store
