@@ -1,0 +1,296 @@
+"""Orchestration: run every workload on every backend, then write the results."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from . import _env, _report, _workloads
+from ._config import Config
+from ._data import item_bytes
+from ._subjects import Subject, postgres_subjects, sqlite_subjects
+
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WORKLOADS = ("a", "b", "c", "d", "e")
+
+Result = dict[str, Any]
+
+
+def default_dsn() -> str:
+    return (
+        os.environ.get("SESSIONS_BENCH_POSTGRES_DSN")
+        or os.environ.get("SESSIONS_TEST_POSTGRES_DSN")
+        or DEFAULT_PG_DSN
+    )
+
+
+class Progress:
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    def __call__(self, message: str) -> None:
+        print(f"[{time.perf_counter() - self.start:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+async def _postgres_facts(dsn: str) -> tuple[str | None, dict[str, str]]:
+    """``(problem, facts)``: ``problem`` is ``None`` when the server answers and our
+    PostgreSQL backend imports."""
+    try:
+        import asyncpg  # type: ignore[import-untyped]
+    except ImportError:
+        return "asyncpg is not installed", {}
+    try:
+        conn = await asyncpg.connect(dsn, timeout=5)
+    except Exception as exc:  # noqa: BLE001 - reported
+        return f"no PostgreSQL server: {type(exc).__name__}: {exc}", {}
+    try:
+        facts = {
+            "postgres_server": str(await conn.fetchval("SHOW server_version")),
+            "postgres_synchronous_commit": str(await conn.fetchval("SHOW synchronous_commit")),
+            "postgres_max_connections": str(await conn.fetchval("SHOW max_connections")),
+        }
+    finally:
+        await conn.close()
+    try:
+        from sessions.postgres import PostgresStore  # noqa: F401
+    except ImportError as exc:
+        return f"sessions.postgres is not available yet ({exc})", facts
+    return None, facts
+
+
+async def _pg_schema(dsn: str, schema: str, *, drop: bool) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        if drop:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        else:
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    finally:
+        await conn.close()
+
+
+async def _single_session_workloads(
+    backend: str,
+    make: Callable[[str], list[Subject]],
+    cfg: Config,
+    which: set[str],
+    results: Result,
+    progress: Progress,
+) -> None:
+    steps: list[tuple[str, str, Any]] = []
+    if "a" in which:
+        steps.append(("a", "commit_per_turn", _workloads.commit_per_turn))
+    if "b" in which:
+        steps.append(("b", "buffered_run", _workloads.buffered_run))
+    for tag, name, fn in steps:
+        progress(f"{backend} ({tag}) {name}")
+        subjects, failed = await _workloads.open_all(make(tag))
+        for key, why in failed.items():
+            results["failures"].append(f"{backend} {name} {key}: {why}")
+        try:
+            results[name][backend] = await fn(subjects, cfg, progress)
+        finally:
+            await _workloads.close_all(subjects)
+    if "c" in which:
+        progress(f"{backend} (c) concurrency {cfg.concurrency}")
+        results["concurrency"][backend] = await _workloads.concurrency(
+            lambda: make("c"), cfg, progress
+        )
+    if "d" in which:
+        progress(f"{backend} (d) reads vs history {cfg.history} and sessions {cfg.sessions}")
+        subjects, failed = await _workloads.open_all(make("d"))
+        for key, why in failed.items():
+            results["failures"].append(f"{backend} reads {key}: {why}")
+        try:
+            results["history"][backend] = await _workloads.history_growth(subjects, cfg, progress)
+            results["sessions"][backend] = await _workloads.sessions_growth(subjects, cfg, progress)
+        finally:
+            await _workloads.close_all(subjects)
+
+
+async def _memory(backend: str, cfg: Config, dsn: str, schema: str) -> Result:
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks._memory",
+        "--backend",
+        backend,
+        "--turns",
+        str(cfg.mem_turns),
+        "--warmup",
+        str(cfg.mem_warmup),
+        "--sessions",
+        str(cfg.mem_sessions),
+        "--agent-runs",
+        str(cfg.agent_runs),
+        "--dsn",
+        dsn,
+        "--schema",
+        schema,
+    ]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = await asyncio.create_subprocess_exec(
+        *command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=600)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return {"error": "memory benchmark timed out after 600 s"}
+    if proc.returncode != 0:
+        return {"error": f"exit {proc.returncode}: {err.decode(errors='replace')[-800:]}"}
+    result: Result = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
+async def _memory_all(
+    backends: list[str], cfg: Config, dsn: str, schema: str, results: Result, progress: Progress
+) -> None:
+    """(e) in fresh processes: one after the other (full runs), at once (quick runs)."""
+    progress(f"(e) memory in subprocesses: {', '.join(backends)}")
+    if cfg.quick:
+        found = await asyncio.gather(*(_memory(b, cfg, dsn, schema) for b in backends))
+        results["memory"].update(zip(backends, found, strict=True))
+        return
+    for backend in backends:
+        results["memory"][backend] = await _memory(backend, cfg, dsn, schema)
+        progress(f"  (e) {backend} done")
+
+
+async def run(args: argparse.Namespace, argv: list[str]) -> Result:
+    cfg = Config.quick_() if args.quick else Config.full()
+    which = set(args.only) if args.only else set(WORKLOADS)
+    progress = Progress()
+    started = time.perf_counter()
+    results: Result = {
+        "meta": {
+            "quick": cfg.quick,
+            "command": " ".join(["python -m benchmarks", *argv]),
+            "machine": _env.machine(),
+            "item_bytes": item_bytes(),
+            "pool": cfg.pool,
+            "config": {k: v for k, v in vars(cfg).items() if k != "rounds_note"},
+            "notes": [],
+        },
+        "failures": [],
+        "commit_per_turn": {},
+        "buffered_run": {},
+        "concurrency": {},
+        "history": {},
+        "sessions": {},
+        "memory": {},
+    }
+    meta = results["meta"]
+    backends = args.backends
+    dsn = args.pg_dsn
+    pg_problem: str | None = None
+    if "postgres" in backends:
+        pg_problem, facts = await _postgres_facts(dsn)
+        meta.update(facts)
+        if pg_problem is not None:
+            if args.require_postgres:
+                raise SystemExit(f"--require-postgres: {pg_problem}")
+            meta["notes"].append(f"PostgreSQL half skipped: {pg_problem}")
+            backends = [b for b in backends if b != "postgres"]
+    schema = f"txs_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+
+    with tempfile.TemporaryDirectory(prefix="txs-bench-") as tmp:
+        if "sqlite" in backends:
+            progress("SQLite: databases under a temporary directory")
+            await _single_session_workloads(
+                "sqlite",
+                lambda tag: sqlite_subjects(tmp, tag),
+                cfg,
+                which,
+                results,
+                progress,
+            )
+        if "postgres" in backends:
+            progress(f"PostgreSQL: schema {schema}")
+            await _pg_schema(dsn, schema, drop=False)
+            try:
+
+                def make_pg(tag: str) -> list[Subject]:
+                    pool = cfg.pool if tag == "c" else 2
+                    return postgres_subjects(dsn, schema, pool)
+
+                await _single_session_workloads("postgres", make_pg, cfg, which, results, progress)
+                if "e" in which:
+                    await _memory_all(backends, cfg, dsn, schema, results, progress)
+            finally:
+                await _pg_schema(dsn, schema, drop=True)
+        elif "e" in which:
+            await _memory_all(backends, cfg, dsn, schema, results, progress)
+
+    meta["seconds"] = time.perf_counter() - started
+    meta["loadavg_end"] = _env.loadavg()
+    results["targets"] = _report.check_targets(results)
+
+    return results
+
+
+def write_results(results: Result, out: str | None) -> tuple[str, str]:
+    """Write ``latest.*`` (full runs) or ``quick.*`` (quick runs) and the plots;
+    returns ``(directory, markdown)``."""
+    quick = bool(results["meta"]["quick"])
+    out_dir = out or (tempfile.mkdtemp(prefix="txs-bench-quick-") if quick else RESULTS_DIR)
+    os.makedirs(out_dir, exist_ok=True)
+    stem = "quick" if quick else "latest"
+    with open(os.path.join(out_dir, f"{stem}.json"), "w", encoding="utf-8") as fh:
+        json.dump(results, fh, indent=1, default=str)
+    text = _report.markdown(results)
+    with open(os.path.join(out_dir, f"{stem}.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    _report.plots(results, out_dir)
+    return out_dir, text
+
+
+async def profile(args: argparse.Namespace) -> str:
+    """Profile our commit-per-turn path with pyinstrument; returns the text report."""
+    from pyinstrument import Profiler
+
+    from ._data import TurnSource
+
+    source = TurnSource()
+    with tempfile.TemporaryDirectory(prefix="txs-bench-prof-") as tmp:
+        subject: Subject
+        schema = ""
+        if args.profile == "sqlite":
+            subject = sqlite_subjects(tmp, "p", only={"ours_sqlite"})[0]
+        else:
+            schema = f"txs_bench_prof_{os.getpid()}"
+            await _pg_schema(args.pg_dsn, schema, drop=False)
+            subject = postgres_subjects(args.pg_dsn, schema, 2, only={"ours_pg"})[0]
+        await subject.open()
+        try:
+            for _ in range(50):
+                await subject.turn("p", source.next())
+            profiler = Profiler(interval=0.0002, async_mode="disabled")
+            profiler.start()
+            for _ in range(args.profile_turns):
+                await subject.turn("p", source.next())
+            profiler.stop()
+        finally:
+            await subject.close()
+            if schema:
+                await _pg_schema(args.pg_dsn, schema, drop=True)
+    text: str = profiler.output_text(unicode=True, color=False, show_all=False)
+    return text
