@@ -673,9 +673,12 @@ async def _cmd_migrate(
 
 def _cmd_demo(db: str | None) -> int:
     try:
-        from ._demo import run_demo  # type: ignore[import-not-found,unused-ignore]
+        from ._demo import run_demo
     except ImportError as exc:
-        _fail(f"the demo is not available in this installation ({exc})")
+        _fail(
+            f"the demo needs an openai-agents release with agents.testing.ScriptedModel "
+            f"(pip install -U openai-agents): {exc}"
+        )
     code: int = run_demo(db)
     return code
 
@@ -912,7 +915,7 @@ def _build_app() -> "typer.Typer":
             typer.Option("--db", metavar="PATH", help="SQLite file to use (default: temporary)."),
         ] = None,
     ) -> None:
-        """Run an offline demo: an agent whose history survives a crash.
+        """Run an offline demo: a streamed run cancelled midway leaves history whole.
 
         \b
         Example:
