@@ -501,11 +501,17 @@ class RawAsyncpg(Subject):
     async def open(self) -> None:
         import asyncpg  # type: ignore[import-untyped]
 
+        async def no_reset(conn: Any) -> None:
+            # A true floor: no reset query on release (txsessions skips it for its own
+            # idle connections too), so the floor pays one round trip per turn.
+            return None
+
         self.pool = await asyncpg.create_pool(
             self.dsn,
             min_size=self.pool_size,
             max_size=self.pool_size,
             server_settings={"search_path": self.schema},
+            reset=no_reset,
         )
         async with self.pool.acquire() as conn:
             await conn.execute(

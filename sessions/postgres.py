@@ -349,6 +349,7 @@ class PostgresBackend:
         self._owns_pool = owns_pool
         self._close_timeout = close_timeout
         self._closed = False
+        self._reset_skipper: _ResetSkipper | None = None
         self._inflight = 0
         self._drained: asyncio.Event | None = None
 
@@ -421,7 +422,16 @@ class PostgresBackend:
                 finally:
                     if not clean:
                         _terminate(conn)
-                    await _release(self._pool, conn)
+                    skipper = self._reset_skipper
+                    if clean and skipper is not None:
+                        # Idle and untouched by anyone else: skip the reset query.
+                        pid = skipper.mark(conn)
+                        try:
+                            await _release(self._pool, conn)
+                        finally:
+                            skipper.unmark(pid)
+                    else:
+                        await _release(self._pool, conn)
         finally:
             self._inflight -= 1
             if self._inflight == 0 and self._drained is not None:
@@ -673,6 +683,40 @@ def _terminate(conn: Any) -> None:
         pass  # the pool already detached it: the connection is gone
 
 
+class _ResetSkipper:
+    """The pool ``reset`` hook of pools that a store creates (and owns).
+
+    By default asyncpg sends a reset query (``RESET ALL``, ``UNLISTEN *``, ...) every
+    time a connection goes back to the pool: one extra round trip per operation. Our
+    own operations never change session state (no ``SET``, ``LISTEN``, cursors or
+    session-level advisory locks) and hand a connection back only idle, outside any
+    transaction (see :meth:`PostgresBackend._run`), so for them the reset is skipped.
+    A connection released by anyone else (say, code using ``store.pool`` directly)
+    still gets the full reset. asyncpg itself still rolls back an open transaction
+    before calling this hook.
+    """
+
+    __slots__ = ("_ours",)
+
+    def __init__(self) -> None:
+        self._ours: set[int] = set()
+
+    def mark(self, conn: Any) -> int:
+        pid: int = conn.get_server_pid()
+        self._ours.add(pid)
+        return pid
+
+    def unmark(self, pid: int) -> None:
+        self._ours.discard(pid)
+
+    async def __call__(self, conn: Any) -> None:
+        if conn.get_server_pid() in self._ours:
+            return
+        query = conn.get_reset_query()
+        if query:
+            await conn.execute(query)
+
+
 async def _release(pool: Any, conn: Any) -> None:
     """Give ``conn`` back to ``pool``; never fails the operation that used it.
 
@@ -743,6 +787,10 @@ class PostgresStore(Store["PostgresSession"]):
         kwargs = dict(connect_kwargs)
         if statement_cache_size is not None:
             kwargs["statement_cache_size"] = statement_cache_size
+        skipper: _ResetSkipper | None = None
+        if kwargs.get("reset") is None:  # a caller's own reset hook is left alone
+            skipper = _ResetSkipper()
+            kwargs["reset"] = skipper
         try:
             pool = await asyncpg.create_pool(
                 dsn,
@@ -763,6 +811,7 @@ class PostgresStore(Store["PostgresSession"]):
             backend = PostgresBackend(
                 pool, schema=schema, table_prefix=table_prefix, owns_pool=True
             )
+            backend._reset_skipper = skipper
             await backend.migrate()
         except BaseException:
             pool.terminate()

@@ -2,7 +2,9 @@
 
 Every commit is one ``BEGIN IMMEDIATE ... COMMIT`` executed start to finish by a
 single call on the connection's worker thread, so no cancellation of the caller can
-leave a transaction open or half-applied.
+leave a transaction open or half-applied. Commits of different sessions that arrive
+while the worker is busy share the next transaction (group commit, see ``_Group``),
+each in a savepoint of its own: one fsync and one thread hop for all of them.
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 import aiosqlite
@@ -41,7 +45,10 @@ CREATE TABLE IF NOT EXISTS txs_sessions (
     item_count INTEGER NOT NULL DEFAULT 0,
     next_seq INTEGER NOT NULL DEFAULT 1
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS txs_sessions_updated ON txs_sessions (updated_at);
+-- No index on updated_at: it would be rewritten by every commit, and only purge
+-- (an occasional full scan of this small table) looks sessions up by it. Files
+-- created before this change had one: it is dropped on open.
+DROP INDEX IF EXISTS txs_sessions_updated;
 CREATE TABLE IF NOT EXISTS txs_items (
     session_id TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -87,42 +94,137 @@ def _classify(exc: sqlite3.Error, operation: str) -> StorageError:
     return StorageError(f"SQLite {operation} failed ({name}): {exc}")
 
 
+def _apply_batches(
+    conn: sqlite3.Connection, session_id: str, batches: Sequence[Batch], now: float
+) -> None:
+    """Apply ``batches`` inside the caller's transaction (or savepoint)."""
+    for batch in batches:
+        if conn.execute(_SQL_RECORD_BATCH, (session_id, batch.batch_id, now)).rowcount == 0:
+            continue  # already applied by an earlier attempt
+        removed = 0
+        if batch.clear:
+            conn.execute(_SQL_CLEAR, (session_id,))
+        elif batch.pops:
+            removed = conn.executemany(_SQL_POP, [(session_id, key) for key in batch.pops]).rowcount
+            if removed != len(batch.pops):
+                raise ConflictError(
+                    f"session {session_id!r}: {len(batch.pops) - removed} of "
+                    f"{len(batch.pops)} popped item(s) were already removed by "
+                    "another writer"
+                )
+        n = len(batch.items)
+        (base,) = conn.execute(_SQL_BUMP, (session_id, now, n, batch.clear, removed)).fetchone()
+        if n:
+            conn.executemany(
+                _SQL_INSERT,
+                [
+                    (session_id, base + i, batch.batch_id, text)
+                    for i, text in enumerate(batch.items)
+                ],
+            )
+
+
 def _apply(conn: sqlite3.Connection, session_id: str, batches: Sequence[Batch]) -> None:
     """One transaction for all batches; runs on the connection's worker thread."""
-    now = time.time()
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for batch in batches:
-            if conn.execute(_SQL_RECORD_BATCH, (session_id, batch.batch_id, now)).rowcount == 0:
-                continue  # already applied by an earlier attempt
-            removed = 0
-            if batch.clear:
-                conn.execute(_SQL_CLEAR, (session_id,))
-            elif batch.pops:
-                removed = conn.executemany(
-                    _SQL_POP, [(session_id, key) for key in batch.pops]
-                ).rowcount
-                if removed != len(batch.pops):
-                    raise ConflictError(
-                        f"session {session_id!r}: {len(batch.pops) - removed} of "
-                        f"{len(batch.pops)} popped item(s) were already removed by "
-                        "another writer"
-                    )
-            n = len(batch.items)
-            (base,) = conn.execute(_SQL_BUMP, (session_id, now, n, batch.clear, removed)).fetchone()
-            if n:
-                conn.executemany(
-                    _SQL_INSERT,
-                    [
-                        (session_id, base + i, batch.batch_id, text)
-                        for i, text in enumerate(batch.items)
-                    ],
-                )
+        _apply_batches(conn, session_id, batches, time.time())
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+_Outcome = list[BaseException | None]
+
+
+class _Group:
+    """Commits of several sessions that share one transaction (group commit).
+
+    The first commit to arrive while none is waiting for the worker thread opens a
+    group and queues it; commits arriving before the worker starts on it join it.
+    The worker closes the group (nobody can join any more) and applies every entry in
+    one ``BEGIN IMMEDIATE ... COMMIT``, each in a savepoint of its own, so a failing
+    entry is rolled back alone while the others are applied. One fsync and one
+    thread hop then serve every session that committed meanwhile.
+    """
+
+    __slots__ = ("closed", "done", "entries", "lock", "loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, entry: tuple[str, Sequence[Batch]]) -> None:
+        self.entries = [entry]
+        self.closed = False
+        self.lock = threading.Lock()
+        self.loop = loop
+        self.done: asyncio.Future[_Outcome | BaseException] = loop.create_future()
+
+    def join(self, entry: tuple[str, Sequence[Batch]]) -> int | None:
+        """Add ``entry``; its index, or ``None`` if the worker already took the group."""
+        with self.lock:
+            if self.closed:
+                return None
+            self.entries.append(entry)
+            return len(self.entries) - 1
+
+    def take(self) -> list[tuple[str, Sequence[Batch]]]:
+        with self.lock:
+            self.closed = True
+            entries, self.entries = self.entries, []
+            return entries
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        """On the worker thread: apply the group, then hand the outcome to the loop."""
+        outcome: _Outcome | BaseException
+        try:
+            outcome = _apply_group(conn, self.take())
+        except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+            outcome = exc
+        try:
+            self.loop.call_soon_threadsafe(_resolve, self.done, outcome)
+        except RuntimeError:
+            pass  # the event loop is closed: nobody is waiting any more
+
+
+def _resolve(future: asyncio.Future[_Outcome | BaseException], outcome: Any) -> None:
+    if not future.done():
+        future.set_result(outcome)
+
+
+def _apply_group(conn: sqlite3.Connection, entries: list[tuple[str, Sequence[Batch]]]) -> _Outcome:
+    """Per entry ``None`` (applied) or the exception that rolled it back.
+
+    An exception raised out of here means nothing of the group was applied.
+    """
+    if len(entries) == 1:
+        try:
+            _apply(conn, *entries[0])
+        except Exception as exc:  # noqa: BLE001 - returned to its waiter
+            return [exc]
+        return [None]
+    now = time.time()
+    outcome: _Outcome = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for session_id, batches in entries:
+            conn.execute("SAVEPOINT txs_entry")
+            try:
+                _apply_batches(conn, session_id, batches, now)
+            except Exception as exc:
+                if not conn.in_transaction:
+                    raise  # SQLite rolled the whole transaction back (I/O error, full, ...)
+                conn.execute("ROLLBACK TO txs_entry")
+                conn.execute("RELEASE txs_entry")
+                outcome.append(exc)
+            else:
+                conn.execute("RELEASE txs_entry")
+                outcome.append(None)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return outcome
 
 
 def _load(conn: sqlite3.Connection, session_id: str, limit: int | None) -> list[Row]:
@@ -176,6 +278,7 @@ class SQLiteBackend:
 
     def __init__(self, conn: aiosqlite.Connection, raw: sqlite3.Connection, path: str) -> None:
         self._conn: aiosqlite.Connection | None = conn
+        self._group: _Group | None = None
         self._raw = raw
         self.path = path
 
@@ -220,10 +323,27 @@ class SQLiteBackend:
             raise _classify(exc, "read") from exc
 
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
-        try:
-            await self._run(_apply, session_id, batches)
-        except sqlite3.Error as exc:
-            raise _classify(exc, "commit") from exc
+        conn = self._conn
+        if conn is None or not conn._running:  # never queue work for a stopped worker
+            raise StoreClosedError(f"SQLite store {self.path!r} is closed")
+        entry = (session_id, batches)
+        group = self._group
+        index = None if group is None else group.join(entry)
+        if group is None or index is None:
+            group = self._group = _Group(asyncio.get_running_loop(), entry)
+            index = 0
+            # Queued without a future of aiosqlite's own: the group resolves ``done``.
+            conn._tx.put_nowait((None, partial(group.run, self._raw)))
+        outcome = await asyncio.shield(group.done)
+        if isinstance(outcome, BaseException):
+            error: BaseException | None = outcome
+        else:
+            error = outcome[index]
+        if error is None:
+            return
+        if isinstance(error, sqlite3.Error):
+            raise _classify(error, "commit") from error
+        raise error
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         def query(conn: sqlite3.Connection) -> set[str]:

@@ -912,3 +912,33 @@ async def test_pgbouncer_transaction_pooling(pgbouncer_dsn: str, fresh_schema: s
         assert await store.session_info("bouncer-0") is None
     finally:
         await store.close()
+
+
+# ------------------------------------------------------------------ pool reset
+
+
+async def test_pool_reset_is_skipped_only_for_our_own_idle_connections(
+    pg_schema: str, sid: str
+) -> None:
+    store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=1, max_size=1)
+    try:
+        pool = store.pool
+        # Someone else using the store's pool changes session state: it must be reset.
+        async with pool.acquire() as conn:
+            await conn.execute("SET application_name = 'dirty'")
+            pid = conn.get_server_pid()
+        async with pool.acquire() as conn:
+            assert conn.get_server_pid() == pid  # the same (only) connection
+            assert await conn.fetchval("SHOW application_name") != "dirty"
+        # Our own operations go back idle, outside any transaction, with clean state.
+        session = store.session(sid)
+        await session.add_items([msg("x")])
+        await session.commit()
+        assert await session.get_items() == [msg("x")]
+        async with pool.acquire() as conn:
+            assert not conn.is_in_transaction()
+            assert await conn.fetchval("SHOW application_name") != "dirty"
+        skipper = store.postgres._reset_skipper
+        assert skipper is not None and not skipper._ours  # no stale marks left behind
+    finally:
+        await store.close()

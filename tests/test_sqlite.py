@@ -164,3 +164,88 @@ def test_schema_creation_is_safe_when_many_processes_start_at_once(tmp_path: Pat
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert conn.execute("SELECT count(*) FROM txs_schema").fetchone()[0] == 1
     conn.close()
+
+
+async def test_group_commit_keeps_every_session_contiguous(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sessions.sqlite as backend_module
+
+    sizes: list[int] = []
+    original = backend_module._apply_group
+
+    def spy(conn: sqlite3.Connection, entries: Any) -> Any:
+        sizes.append(len(entries))
+        return original(conn, entries)
+
+    monkeypatch.setattr(backend_module, "_apply_group", spy)
+    path = tmp_path / "group.db"
+    store = await SQLiteStore.open(path)
+    try:
+
+        async def writer(session_id: str, n: int) -> None:
+            session = store.session(session_id)
+            for i in range(n):
+                await session.add_items([{"k": f"{session_id}-{i}-{j}"} for j in range(3)])
+                await session.commit()
+
+        # 60 writers on 40 sessions: some sessions have two writers at once.
+        await asyncio.gather(*(writer(f"s{i % 40}", 15) for i in range(60)))
+    finally:
+        await store.close()
+    assert max(sizes) > 1, "no commits were grouped: the test did not exercise group commit"
+    conn = sqlite3.connect(path)
+    for sid, count, next_seq in conn.execute(
+        "SELECT session_id, item_count, next_seq FROM txs_sessions"
+    ):
+        seqs = [
+            r[0]
+            for r in conn.execute(
+                "SELECT seq FROM txs_items WHERE session_id = ? ORDER BY seq", (sid,)
+            )
+        ]
+        assert seqs == list(range(1, len(seqs) + 1)), sid
+        assert count == len(seqs) and next_seq == len(seqs) + 1, sid
+        contents = [
+            r[0]
+            for r in conn.execute(
+                "SELECT data FROM txs_items WHERE session_id = ? ORDER BY seq", (sid,)
+            )
+        ]
+        for start in range(0, len(contents), 3):  # every batch whole and in order
+            parts = [c.split("-") for c in contents[start : start + 3]]
+            assert [p[2][:1] for p in parts] == ["0", "1", "2"], (sid, contents[start : start + 3])
+            assert len({p[1] for p in parts}) == 1
+    total = conn.execute("SELECT count(*) FROM txs_items").fetchone()[0]
+    assert total == 60 * 15 * 3
+    conn.close()
+
+
+async def test_a_failing_commit_in_a_group_rolls_back_alone(tmp_path: Path) -> None:
+    from sessions import Batch
+    from sessions.errors import ConflictError
+
+    path = tmp_path / "group.db"
+    store = await SQLiteStore.open(path)
+    backend = store.sqlite
+    try:
+        bad = Batch("bad-1", False, (999_999,), ('{"x":1}',))  # pops a row that does not exist
+        good = [Batch(f"good-{i}", False, (), ('{"y":1}',)) for i in range(5)]
+        results = await asyncio.gather(
+            backend.apply("g-bad", [bad]),
+            *(backend.apply(f"g{i}", [b]) for i, b in enumerate(good)),
+            return_exceptions=True,
+        )
+        assert isinstance(results[0], ConflictError), results[0]
+        assert all(r is None for r in results[1:]), results
+        # The same batch id twice (in one group or across groups) is applied once.
+        await asyncio.gather(backend.apply("g0", [good[0]]), backend.apply("g0", [good[0]]))
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    count = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
+    assert count("SELECT count(*) FROM txs_items WHERE session_id = 'g-bad'") == 0
+    assert count("SELECT count(*) FROM txs_batches WHERE batch_id = 'bad-1'") == 0
+    assert count("SELECT count(*) FROM txs_items WHERE session_id LIKE 'g_'") == 5
+    assert count("SELECT count(*) FROM txs_items WHERE session_id = 'g0'") == 1
+    conn.close()
