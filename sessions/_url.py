@@ -223,9 +223,10 @@ async def open_store(url: str, *, create: bool = True, **options: Any) -> Store[
     """Open a store from a URL (see the module docstring for the forms).
 
     ``options`` go to the backend's ``open`` (``SQLiteStore.open`` or
-    ``PostgresStore.open``) and override what the URL says. With ``create=False`` a
-    SQLite file that does not exist raises :class:`FileNotFoundError` instead of being
-    created. Errors never show the password.
+    ``PostgresStore.open``) and override what the URL says. With ``create=False``
+    nothing is created: a SQLite file that does not exist raises
+    :class:`FileNotFoundError`, a PostgreSQL schema without our tables raises
+    :class:`~sessions.errors.StorageError`. Errors never show the password.
     """
     parsed = parse_url(url)
     merged = {**parsed.options, **options}
@@ -244,7 +245,7 @@ async def open_store(url: str, *, create: bool = True, **options: Any) -> Store[
             "pip install 'txsessions[postgres]'"
         ) from None
     try:
-        return await PostgresStore.open(parsed.target, **merged)
+        return await PostgresStore.open(parsed.target, create=create, **merged)
     except ValueError as exc:
         raise ValueError(scrub(str(exc), url)) from None
     except TypeError as exc:

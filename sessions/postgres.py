@@ -599,18 +599,27 @@ class PostgresBackend:
 
     # ------------------------------------------------------------------ schema
 
-    async def migrate(self) -> int:
+    async def migrate(self, *, create: bool = True) -> int:
         """Create the schema and tables if needed; return the schema version.
 
         Cheap when up to date (one catalog lookup). Otherwise runs every pending
         migration in one transaction under ``pg_advisory_xact_lock``, so processes
-        starting at the same time apply each migration exactly once.
+        starting at the same time apply each migration exactly once. With
+        ``create=False`` nothing is created: a missing or outdated schema is an error.
         """
 
         async def run(conn: Any, phase: _Phase) -> int:
             version = await self._current_version(conn)
             if version == SCHEMA_VERSION:
                 return version
+            if not create:
+                where = f"schema {self._names.schema!r} (table prefix {self._names.prefix!r})"
+                raise StorageError(
+                    f"no txsessions tables in {where}"
+                    if version is None
+                    else f"{where} is at version {version} and needs migrating to "
+                    f"{SCHEMA_VERSION}; open it with create=True"
+                )
             await conn.execute("BEGIN")
             await conn.execute("SELECT pg_advisory_xact_lock($1)", self._names.lock_key)
             exists = await conn.fetchval(
@@ -764,9 +773,13 @@ class PostgresStore(Store["PostgresSession"]):
         statement_cache_size: int | None = None,
         command_timeout: float | None = 60.0,
         retry: RetryPolicy | None = None,
+        create: bool = True,
         **connect_kwargs: Any,
     ) -> PostgresStore:
         """Create a pool on ``dsn``, set up the schema, and return a store owning the pool.
+
+        ``create=False`` creates nothing: a schema without our tables raises
+        :class:`~sessions.errors.StorageError` (for tools that only read).
 
         ``statement_cache_size=0`` disables named prepared statements (needed behind
         PgBouncer in transaction pooling mode before 1.21). ``command_timeout`` bounds
@@ -812,7 +825,7 @@ class PostgresStore(Store["PostgresSession"]):
                 pool, schema=schema, table_prefix=table_prefix, owns_pool=True
             )
             backend._reset_skipper = skipper
-            await backend.migrate()
+            await backend.migrate(create=create)
         except BaseException:
             pool.terminate()
             raise
@@ -826,6 +839,7 @@ class PostgresStore(Store["PostgresSession"]):
         schema: str = "public",
         table_prefix: str = "txs_",
         retry: RetryPolicy | None = None,
+        create: bool = True,
     ) -> PostgresStore:
         """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
 
@@ -834,7 +848,7 @@ class PostgresStore(Store["PostgresSession"]):
         if not isinstance(pool, asyncpg.Pool):
             raise TypeError(f"pool must be an asyncpg.Pool, got {type(pool).__name__}")
         backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
-        await backend.migrate()
+        await backend.migrate(create=create)
         return cls(backend, retry=retry)
 
     @property

@@ -431,6 +431,8 @@ async def test_password_never_printed_on_success(pg_schema: str) -> None:
     # Trust authentication ignores the password, so the command succeeds with it.
     user, rest = PG_DSN.split("://", 1)[1].split("@", 1)
     url = f"postgresql://{user.split(':')[0]}:{SECRET}@{rest}?schema={pg_schema}&table_prefix=pw_"
+    store = await open_store(url)  # create the tables: read-only commands create nothing
+    await store.close()
     result = await cli("stats", "--db", url)
     assert result.code == 0, result.err
     assert SECRET not in result.out + result.err
@@ -449,3 +451,18 @@ async def test_missing_cli_extra_prints_the_install_hint() -> None:
     assert proc.returncode == 2
     assert "pip install 'txsessions[cli]'" in err.decode()
     assert len(err.decode().strip().splitlines()) == 1
+
+
+async def test_reading_a_postgres_schema_without_tables_creates_nothing() -> None:
+    require_postgres()
+    import asyncpg
+
+    typo = f"txs_typo_{uuid.uuid4().hex[:8]}"
+    result = await cli("list", "--db", f"{PG_DSN}?schema={typo}")
+    one_error_line(result, "no txsessions tables")
+    assert result.code == 1
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        assert await conn.fetchval("SELECT 1 FROM pg_namespace WHERE nspname = $1", typo) is None
+    finally:
+        await conn.close()

@@ -942,3 +942,20 @@ async def test_pool_reset_is_skipped_only_for_our_own_idle_connections(
         assert skipper is not None and not skipper._ours  # no stale marks left behind
     finally:
         await store.close()
+
+
+async def test_create_false_creates_nothing(fresh_schema: str, sid: str) -> None:
+    with pytest.raises(StorageError, match="no txsessions tables"):
+        await PostgresStore.open(PG_DSN, schema=fresh_schema, min_size=1, max_size=1, create=False)
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        exists = await conn.fetchval("SELECT 1 FROM pg_namespace WHERE nspname = $1", fresh_schema)
+    finally:
+        await conn.close()
+    assert exists is None, "create=False created the schema"
+    store = await PostgresStore.open(PG_DSN, schema=fresh_schema, min_size=1, max_size=1)
+    await store.close()
+    again = await PostgresStore.open(
+        PG_DSN, schema=fresh_schema, min_size=1, max_size=1, create=False
+    )
+    await again.close()
