@@ -114,16 +114,27 @@ class Store(AsyncResource, Generic[S]):
     async def purge(
         self, older_than: timedelta, *, dry_run: bool = False, page_size: int = 500
     ) -> list[SessionInfo]:
-        """Delete sessions not updated for ``older_than``; return what went (or would go)."""
+        """Delete sessions not updated for ``older_than``; return what went (or would go).
+
+        Deletes a page of ``page_size`` sessions at a time, each session in a transaction
+        of its own.
+        """
         if not isinstance(older_than, timedelta) or older_than < timedelta(0):
             raise ValueError(f"older_than must be a non-negative timedelta, got {older_than!r}")
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
         admin = self._admin("purge")
         cutoff = datetime.now(timezone.utc) - older_than
-        stale = await admin.stale_sessions(cutoff, limit=2**62)
-        if not dry_run:
-            for info in stale:
-                await admin.delete_session(info.session_id)
-        return stale
+        if dry_run:
+            return await admin.stale_sessions(cutoff, limit=2**62)
+        gone: list[SessionInfo] = []
+        while True:
+            page = await admin.stale_sessions(cutoff, limit=page_size)
+            for info in page:
+                if await admin.delete_session(info.session_id):
+                    gone.append(info)
+            if len(page) < page_size:
+                return gone
 
     async def prune_batch_records(self, older_than: timedelta = timedelta(days=1)) -> int:
         """Forget the ids of batches committed more than ``older_than`` ago.
