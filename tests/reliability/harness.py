@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from sessions import SQLiteStore, Store
+from sessions import Store, open_store
 
 PG_DSN = os.environ.get(
     "SESSIONS_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -34,30 +34,15 @@ class TargetLike(Protocol):
     async def open(self, **options: Any) -> Store[Any]: ...
 
 
-def split_pg_url(url: str) -> tuple[str, str | None]:
-    """``postgresql://...?schema=x`` -> (DSN without ``schema``, schema)."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
-    return urlunsplit(parts._replace(query=rest)), schema
-
-
 async def open_url(url: str, **options: Any) -> Store[Any]:
-    """A store for ``url`` (``sqlite:///path`` or ``postgresql://...?schema=x``)."""
-    if url.startswith("sqlite:///"):
-        return await SQLiteStore.open(url[len("sqlite:///") :], **options)
-    if url.startswith(("postgres://", "postgresql://")):
-        from sessions.postgres import PostgresStore
+    """A store for ``url`` (``sqlite:///path`` or ``postgresql://...?schema=x``).
 
-        dsn, schema = split_pg_url(url)
+    The package's own :func:`sessions.open_store`, with a small pool for PostgreSQL.
+    """
+    if url.startswith(("postgres://", "postgresql://")):
         options.setdefault("min_size", 1)
         options.setdefault("max_size", 4)
-        if schema is not None:
-            options["schema"] = schema
-        store: Store[Any] = await PostgresStore.open(dsn, **options)
-        return store
-    raise ValueError(f"unsupported database URL: {url!r}")
+    return await open_store(url, **options)
 
 
 @dataclass
