@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -50,3 +51,15 @@ def install_proxy(store: Store[Any]) -> ProxyBackend:
     proxy = ProxyBackend(store.backend)
     store._backend = proxy
     return proxy
+
+
+def gate_apply(proxy: ProxyBackend) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold every ``apply`` at its start: ``entered`` is set there, ``release`` lets it go."""
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def gate() -> None:
+        entered.set()
+        await release.wait()
+
+    proxy.before_apply = gate
+    return entered, release

@@ -22,7 +22,7 @@ from sessions.errors import (
 )
 from tests.conftest import Target
 from tests.contract import raw
-from tests.contract.proxy import install_proxy
+from tests.contract.proxy import gate_apply, install_proxy
 
 
 def msg(text: str, role: str = "user") -> dict[str, Any]:
@@ -85,13 +85,7 @@ async def test_commit_is_shielded_from_cancellation(
 ) -> None:
     session = store.session(sid)
     proxy = install_proxy(store)
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def gate() -> None:
-        entered.set()
-        await release.wait()
-
-    proxy.before_apply = gate
+    entered, release = gate_apply(proxy)
     await session.add_items([msg("1"), msg("2"), msg("3")])
     task = asyncio.create_task(session.commit())
     await entered.wait()
@@ -130,13 +124,7 @@ async def test_items_added_while_a_commit_is_in_flight_stay_staged(
 ) -> None:
     session = store.session(sid)
     proxy = install_proxy(store)
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def gate() -> None:
-        entered.set()
-        await release.wait()
-
-    proxy.before_apply = gate
+    entered, release = gate_apply(proxy)
     await session.add_items([msg("first")])
     task = asyncio.create_task(session.commit())
     await entered.wait()
@@ -413,13 +401,7 @@ async def test_autocommit_pop_is_shielded(store: Store[Any], target: Target, sid
     session = store.session(sid, autocommit=True)
     await session.add_items([msg("1"), msg("2")])
     proxy = install_proxy(store)
-    entered, release = asyncio.Event(), asyncio.Event()
-
-    async def gate() -> None:
-        entered.set()
-        await release.wait()
-
-    proxy.before_apply = gate
+    entered, release = gate_apply(proxy)
     task = asyncio.create_task(session.pop_item())
     await entered.wait()
     task.cancel()
