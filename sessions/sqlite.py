@@ -497,10 +497,7 @@ class SQLiteStore(Store["SQLiteSession"]):
         for speed. ``busy_timeout`` is how long a commit waits for other writers.
         """
         db_path = _validate_path(path)
-        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
-            raise ValueError(
-                f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {synchronous!r}"
-            )
+        _validate_synchronous(synchronous)
         if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)):
             raise TypeError(f"busy_timeout must be a number, got {type(busy_timeout).__name__}")
         if busy_timeout < 0:
@@ -513,6 +510,11 @@ class SQLiteStore(Store["SQLiteSession"]):
     @property
     def path(self) -> str:
         return self.sqlite.path
+
+
+def _validate_synchronous(value: object) -> None:
+    if value not in ("FULL", "NORMAL", "EXTRA"):
+        raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {value!r}")
 
 
 def _validate_path(path: object) -> str:
@@ -549,10 +551,7 @@ class SQLiteSession(BufferedSession):
             )
             return
         path = _validate_path(db_path)
-        if synchronous not in ("FULL", "NORMAL", "EXTRA"):
-            raise ValueError(
-                f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {synchronous!r}"
-            )
+        _validate_synchronous(synchronous)
 
         async def factory() -> Store[Any]:
             return await SQLiteStore.open(path, synchronous=synchronous)
