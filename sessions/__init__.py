@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors
 from ._backend import AdminBackend, Backend, Batch, SessionInfo
-from ._core import BufferedSession, PendingChanges, RetryPolicy
+from ._commit import RetryPolicy
+from ._session import BufferedSession
+from ._staging import PendingChanges
 from ._store import Store
 from .sqlite import SQLiteSession, SQLiteStore
 

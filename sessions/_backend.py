@@ -2,7 +2,8 @@
 
 A backend stores and loads batches atomically, nothing more. Staging, read-your-writes,
 ``limit``, shielding, retries, idempotency bookkeeping and warnings all live in the core
-(:mod:`sessions._core`), once, for every backend.
+(:mod:`sessions._staging`, :mod:`sessions._commit`, :mod:`sessions._session`), once, for
+every backend. ``docs/architecture.md`` explains how to add one.
 """
 
 from __future__ import annotations
@@ -90,12 +91,21 @@ class AdminBackend(Protocol):
         """Metadata of one session, ``None`` if it has never been committed to."""
         ...
 
-    async def delete_session(self, session_id: str) -> bool:
-        """Delete a session's items, batch records and metadata in one transaction."""
+    async def delete_session(
+        self, session_id: str, *, stale_before: datetime | None = None
+    ) -> bool:
+        """Delete a session's items, batch records and metadata in one transaction.
+
+        With ``stale_before``, only if (inside that transaction) its ``updated_at`` is
+        still before it. ``True`` if the session was deleted.
+        """
         ...
 
-    async def stale_sessions(self, cutoff: datetime, *, limit: int) -> list[SessionInfo]:
-        """Up to ``limit`` sessions whose ``updated_at`` is before ``cutoff``."""
+    async def stale_sessions(
+        self, cutoff: datetime, *, limit: int, after: str | None = None
+    ) -> list[SessionInfo]:
+        """Up to ``limit`` sessions whose ``updated_at`` is before ``cutoff``, ordered by
+        ``session_id``, with ids after ``after`` (all when ``None``)."""
         ...
 
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:

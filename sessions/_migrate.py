@@ -10,11 +10,12 @@ Sources (``--from``):
   ``agents.extensions.memory.SQLAlchemySession`` (items in ``created_at, id`` order, as
   that class reads them). Needs SQLAlchemy installed.
 
-Resumable and idempotent. Every session gets a marker batch (no items) the first time
-it is migrated, then its items in chunks whose batch ids depend only on the session and
-the chunk's position. A rerun resumes each session after the items it already has, and
-backends skip batch ids already applied, so an interrupted or repeated migration never
-duplicates anything. A target session that exists but has no marker was not written by
+Resumable and idempotent, through the core's commit path (:mod:`sessions._bulk`:
+retried, shielded, bounded by the store's ``commit_timeout``). Every session gets a
+marker batch (no items) the first time it is migrated, then its items in chunks whose
+batch ids depend only on the session, the chunk's position and its content. A rerun
+resumes each session after the items it already has, and backends skip batch ids
+already applied, so an interrupted or repeated migration never duplicates anything. A target session that exists but has no marker was not written by
 a migration: it is left alone and reported. At the end, the number of items of every
 session is compared between source and target.
 """
@@ -32,11 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote, unquote, urlsplit
 
-from ._backend import Backend, Batch
-from ._core import validate_session_id
+from ._bulk import CHUNK_ITEMS, ChunkWriter
 from ._serde import encode_item
 from ._store import Store
 from ._url import redact_url
+from ._validate import validate_identifier, validate_session_id
 from .errors import InvalidItemError, InvalidSessionIdError, SessionError
 
 __all__ = [
@@ -48,8 +49,6 @@ __all__ = [
     "open_source",
 ]
 
-CHUNK_ITEMS = 500
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 Progress = Callable[[int], None]
 
@@ -104,9 +103,7 @@ class Source(Protocol):
 
 
 def _check_table(kind: str, name: str) -> str:
-    if not _IDENT.match(name):
-        raise ValueError(f"{kind} {name!r} is not a plain table name (letters, digits, underscore)")
-    return name
+    return validate_identifier(name, kind)
 
 
 # --------------------------------------------------------------------------- SQLite file
@@ -366,13 +363,17 @@ async def open_source(
 # --------------------------------------------------------------------------- migrate
 
 
-def _batch_id(session_id: str, position: int, count: int) -> str:
-    digest = hashlib.sha256(f"mig\0{session_id}\0{position}\0{count}".encode()).hexdigest()
+def _legacy_marker_id(session_id: str) -> str:
+    """The marker id written by txsessions 0.1 (before one batch-id scheme for all)."""
+    digest = hashlib.sha256(f"mig\0{session_id}\0-1\00".encode()).hexdigest()
     return f"mig-{digest[:40]}"
 
 
-def _marker_id(session_id: str) -> str:
-    return _batch_id(session_id, -1, 0)
+async def _migrated_before(store: Store[Any], writer: ChunkWriter) -> bool:
+    if await writer.has_marker():
+        return True
+    legacy = _legacy_marker_id(writer.session_id)
+    return legacy in await store.backend.applied(writer.session_id, [legacy])
 
 
 async def migrate(
@@ -384,7 +385,6 @@ async def migrate(
     chunk_items: int = CHUNK_ITEMS,
 ) -> MigrationReport:
     """Copy every session of ``source`` into ``store``; see the module docstring."""
-    backend = store.backend
     report = MigrationReport()
     sessions = await source.sessions()
     report.sessions = len(sessions)
@@ -392,55 +392,13 @@ async def migrate(
     if on_total is not None:
         on_total(report.source_rows)
     expected: dict[str, int] = {}
-    conflicts: set[str] = set()
-
     for session_id, rows in sessions:
-        try:
-            validate_session_id(session_id)
-        except InvalidSessionIdError as exc:
-            report.mismatches.append(Mismatch(session_id, rows, None, f"not copied: {exc}"))
-            conflicts.add(session_id)
-            if progress is not None:
-                progress(rows)
-            continue
-        info = await store.session_info(session_id)
-        have = info.item_count if info is not None else 0
-        if info is not None and not await backend.applied(session_id, [_marker_id(session_id)]):
-            report.mismatches.append(
-                Mismatch(
-                    session_id,
-                    rows,
-                    have,
-                    "already exists in the target and was not written by a migration: "
-                    "left untouched (delete it there to migrate it)",
-                )
-            )
-            conflicts.add(session_id)
-            if progress is not None:
-                progress(rows)
-            continue
-        if info is not None and have == rows:
-            # Fast path for reruns: everything is there (no corrupt rows to account for).
-            expected[session_id] = rows
-            report.already_present += rows
-            if progress is not None:
-                progress(rows)
-            continue
-
-        expected[session_id] = await _copy_session(
-            source,
-            backend,
-            session_id,
-            have,
-            create=info is None,
-            report=report,
-            progress=progress,
-            chunk_items=chunk_items,
+        copied = await _migrate_session(
+            source, store, session_id, rows, report, progress, chunk_items
         )
-
+        if copied is not None:
+            expected[session_id] = copied
     for session_id, want in expected.items():
-        if session_id in conflicts:
-            continue
         info = await store.session_info(session_id)
         got = info.item_count if info is not None else None
         if got != want:
@@ -448,42 +406,62 @@ async def migrate(
     return report
 
 
-async def _copy_session(
+async def _migrate_session(
     source: Source,
-    backend: Backend,
+    store: Store[Any],
     session_id: str,
-    have: int,
-    *,
-    create: bool,
+    rows: int,
     report: MigrationReport,
     progress: Progress | None,
     chunk_items: int,
+) -> int | None:
+    """Copy one session; how many items it should have in the target (``None``: skipped)."""
+    try:
+        validate_session_id(session_id)
+    except InvalidSessionIdError as exc:
+        report.mismatches.append(Mismatch(session_id, rows, None, f"not copied: {exc}"))
+        if progress is not None:
+            progress(rows)
+        return None
+    writer = ChunkWriter(store, session_id, "mig", chunk_items=chunk_items)
+    info = await store.session_info(session_id)
+    have = info.item_count if info is not None else 0
+    if info is not None and not await _migrated_before(store, writer):
+        reason = (
+            "already exists in the target and was not written by a migration: "
+            "left untouched (delete it there to migrate it)"
+        )
+        report.mismatches.append(Mismatch(session_id, rows, have, reason))
+        if progress is not None:
+            progress(rows)
+        return None
+    if info is not None and have == rows:
+        # Fast path for reruns: everything is there (no corrupt rows to account for).
+        report.already_present += rows
+        if progress is not None:
+            progress(rows)
+        return rows
+    if info is None:
+        await writer.mark()
+    return await _copy_session(source, writer, have, report, progress)
+
+
+async def _copy_session(
+    source: Source,
+    writer: ChunkWriter,
+    have: int,
+    report: MigrationReport,
+    progress: Progress | None,
 ) -> int:
     """Append the source items after the first ``have``; return how many the source has.
 
     Chunks start at ``have`` and every ``chunk_items`` after it, and their ids depend
-    only on (session, start, count): a rerun, or a concurrent run, that resumes at a
+    only on (session, start, content): a rerun, or a concurrent run, that resumes at a
     chunk boundary produces the same ids, which the backend skips.
     """
-    lead: list[Batch] = [Batch(_marker_id(session_id), False, (), ())] if create else []
     valid = 0  # valid source items seen so far
-    pending: list[str] = []
-
-    async def flush() -> None:
-        nonlocal lead
-        if not pending and not lead:
-            return
-        batches = list(lead)
-        if pending:
-            start = valid - len(pending)
-            batch_id = _batch_id(session_id, start, len(pending))
-            batches.append(Batch(batch_id, False, (), tuple(pending)))
-        await backend.apply(session_id, batches)
-        report.copied += len(pending)
-        pending.clear()
-        lead = []
-
-    async for page in source.rows(session_id, chunk_items):
+    writer.position = have
+    async for page in source.rows(writer.session_id, writer.chunk_items):
         for text in page:
             encoded = _decode(text)
             if encoded is None:
@@ -493,12 +471,12 @@ async def _copy_session(
             if valid <= have:
                 report.already_present += 1
                 continue
-            pending.append(encoded)
-            if len(pending) >= chunk_items:
-                await flush()
+            await writer.add(encoded)
         if progress is not None:
             progress(len(page))
-    await flush()
+    await writer.flush()
+    report.copied += writer.added
+    report.already_present += writer.already_present
     return valid
 
 

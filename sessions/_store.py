@@ -2,38 +2,58 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
 from ._backend import AdminBackend, Backend, SessionInfo
-from ._core import AsyncResource, BufferedSession, RetryPolicy, shielded, validate_session_id
+from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._resource import AsyncResource
+from ._validate import validate_positive_int, validate_seconds, validate_session_id
 from .errors import SessionError, StoreClosedError
 
 __all__ = ["Store"]
 
-S = TypeVar("S", bound=BufferedSession)
+S = TypeVar("S")
+
+
+def _check_age(value: object, name: str) -> timedelta:
+    if not isinstance(value, timedelta) or value < timedelta(0):
+        raise ValueError(f"{name} must be a non-negative timedelta, got {value!r}")
+    return value
 
 
 class Store(AsyncResource, Generic[S]):
     """A backend shared by sessions, so that thousands of sessions use one connection.
 
     Whoever opens a store closes it: sessions made with :meth:`session` borrow the
-    store and never close it.
+    store and never close it. A store belongs to the event loop it was opened on.
+
+    ``commit_timeout`` (seconds, default 30) bounds how long a commit, an autocommit
+    write or ``close()`` may hold its caller; sessions may set their own.
+
+    ``session_class`` makes the sessions of :meth:`session`; it is called as
+    ``session_class(session_id, store=store, autocommit=..., session_settings=...,
+    commit_timeout=...)`` (:class:`~sessions.BufferedSession` and its subclasses take
+    exactly that).
     """
 
-    session_class: type[S]
+    session_class: Callable[..., S]
 
-    def __init__(self, backend: Backend, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        retry: RetryPolicy | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+    ) -> None:
         if not isinstance(backend, Backend):
             raise TypeError(f"backend does not implement sessions Backend: {backend!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         self._backend = backend
         self._retry = retry or RetryPolicy()
-        self._closed = False
-        self._close_task: asyncio.Future[None] | None = None
+        self._commit_timeout = validate_seconds(commit_timeout, "commit_timeout")
 
     @property
     def backend(self) -> Backend:
@@ -45,8 +65,14 @@ class Store(AsyncResource, Generic[S]):
         return self._retry
 
     @property
-    def closed(self) -> bool:
-        return self._closed
+    def commit_timeout(self) -> float:
+        """Seconds a commit, an autocommit write or ``close()`` may hold its caller."""
+        return self._commit_timeout
+
+    def check_usable(self, operation: str) -> None:
+        """Refuse use once closing, or from an event loop other than the store's."""
+        self._check_open(operation)
+        self._check_loop(operation)
 
     def session(
         self,
@@ -54,25 +80,44 @@ class Store(AsyncResource, Generic[S]):
         *,
         autocommit: bool = False,
         session_settings: Any = None,
+        commit_timeout: float | None = None,
     ) -> S:
         """A session on this store. Cheap: no I/O until it is used."""
         self._check_open("session")
         validate_session_id(session_id)
-        return self.session_class(
+        make = getattr(self, "session_class", None)
+        if make is None:
+            raise SessionError(f"{self._describe()} has no session_class to make sessions with")
+        return make(  # type: ignore[no-any-return]
             session_id,
             store=self,
             autocommit=autocommit,
             session_settings=session_settings,
+            commit_timeout=commit_timeout,
         )
 
-    def _check_open(self, operation: str) -> None:
-        if self._closed:
-            raise StoreClosedError(f"{operation}() on {type(self).__name__}: the store is closed")
+    def _describe(self) -> str:
+        return type(self).__name__
+
+    def _closed_error(self, operation: str) -> StoreClosedError:
+        return StoreClosedError(
+            f"{operation}() on {self._describe()}: the store is {self.state.value}"
+        )
+
+    def _close_timeout(self) -> float:
+        return self._commit_timeout
+
+    async def _aclose(self) -> None:
+        """Close the database handle (waits for in-flight commits)."""
+        await self._backend.close()
+
+    def __repr__(self) -> str:
+        return f"<{self._describe()} {self.state.value}>"
 
     # ---------------------------------------------------------------- store operations
 
     def _admin(self, operation: str) -> AdminBackend:
-        self._check_open(operation)
+        self.check_usable(operation)
         backend = self._backend
         if not isinstance(backend, AdminBackend):
             raise SessionError(
@@ -84,14 +129,14 @@ class Store(AsyncResource, Generic[S]):
         self, *, limit: int = 100, after: str | None = None
     ) -> list[SessionInfo]:
         """One page of sessions ordered by id: the first ``limit`` after ``after``."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be a positive int, got {limit!r}")
+        validate_positive_int(limit, "limit")
         if after is not None:
-            validate_session_id(after)
+            validate_session_id(after, "after")
         return await self._admin("list_sessions").list_sessions(limit=limit, after=after)
 
     async def iter_sessions(self, *, page_size: int = 500) -> AsyncIterator[SessionInfo]:
         """Every session, ordered by id, fetched a page at a time."""
+        validate_positive_int(page_size, "page_size")
         after: str | None = None
         while True:
             page = await self.list_sessions(limit=page_size, after=after)
@@ -116,25 +161,24 @@ class Store(AsyncResource, Generic[S]):
     ) -> list[SessionInfo]:
         """Delete sessions not updated for ``older_than``; return what went (or would go).
 
-        Deletes a page of ``page_size`` sessions at a time, each session in a transaction
-        of its own.
+        Lists stale sessions a page of ``page_size`` at a time (also with ``dry_run``)
+        and deletes each in a transaction of its own that checks again that it is
+        still stale: a session written to after it was listed is kept.
         """
-        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-            raise ValueError(f"older_than must be a non-negative timedelta, got {older_than!r}")
-        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise ValueError(f"page_size must be a positive int, got {page_size!r}")
+        _check_age(older_than, "older_than")
+        validate_positive_int(page_size, "page_size")
         admin = self._admin("purge")
         cutoff = datetime.now(timezone.utc) - older_than
-        if dry_run:
-            return await admin.stale_sessions(cutoff, limit=2**62)
         gone: list[SessionInfo] = []
+        after: str | None = None
         while True:
-            page = await admin.stale_sessions(cutoff, limit=page_size)
+            page = await admin.stale_sessions(cutoff, limit=page_size, after=after)
             for info in page:
-                if await admin.delete_session(info.session_id):
+                if dry_run or await admin.delete_session(info.session_id, stale_before=cutoff):
                     gone.append(info)
             if len(page) < page_size:
                 return gone
+            after = page[-1].session_id
 
     async def prune_batch_records(self, older_than: timedelta = timedelta(days=1)) -> int:
         """Forget the ids of batches committed more than ``older_than`` ago.
@@ -144,17 +188,6 @@ class Store(AsyncResource, Generic[S]):
         retried (seconds, at most minutes); pruning older ones keeps the table small.
         Returns how many records were removed.
         """
-        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
-            raise ValueError(f"older_than must be a non-negative timedelta, got {older_than!r}")
+        _check_age(older_than, "older_than")
         admin = self._admin("prune_batch_records")
         return await admin.prune_batches(datetime.now(timezone.utc) - older_than)
-
-    async def close(self) -> None:
-        """Close the database handle (idempotent; waits for in-flight commits)."""
-        if self._close_task is None:
-            self._closed = True
-            self._close_task = asyncio.ensure_future(self._backend.close())
-        await shielded(self._close_task)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {'closed' if self._closed else 'open'}>"

@@ -10,15 +10,16 @@ The file format (version 1), one JSON object per line::
 Export reads each session a page at a time (``AdminBackend.read_range``), so memory
 stays constant whatever the size of the history. Import reads the file twice: once to
 validate every line (a corrupt line stops everything before anything is written), then
-to apply items in chunks. Each chunk is one batch whose id is derived from the session
-id, the chunk's position among that session's items in the file and its content, and
-backends skip batch ids they have already applied: importing the same file twice adds
-nothing, and an interrupted import can simply be run again.
+to apply items in chunks through the core's commit path (:mod:`sessions._bulk`:
+retried, shielded, bounded by the store's ``commit_timeout``). Each chunk is one batch
+whose id is derived from the session id, the chunk's position among that session's
+items in the file and its content, and backends skip batch ids they have already
+applied: importing the same file twice adds nothing, and an interrupted import can
+simply be run again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -28,10 +29,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import IO, Any
 
-from ._backend import AdminBackend, Backend, Batch, SessionInfo
-from ._core import validate_session_id
+from ._backend import AdminBackend, SessionInfo
+from ._bulk import CHUNK_ITEMS, ChunkWriter
 from ._serde import encode_item
 from ._store import Store
+from ._validate import iso_utc, validate_session_id
 from .errors import InvalidItemError, InvalidSessionIdError, SessionError
 
 __all__ = [
@@ -51,8 +53,6 @@ __all__ = [
 EXPORT_FORMAT = "txsessions-export"
 EXPORT_VERSION = 1
 PAGE_SIZE = 500
-CHUNK_ITEMS = 500
-CHUNK_BYTES = 4 * 1024 * 1024
 
 Progress = Callable[[int], None]
 
@@ -78,12 +78,6 @@ def admin_backend(store: Store[Any], operation: str) -> AdminBackend:
             f"{operation}: {type(backend).__name__} does not support store operations"
         )
     return backend
-
-
-def _iso(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.isoformat()
 
 
 def _dumps(value: Any) -> str:
@@ -198,7 +192,7 @@ async def export_sessions(
                     "type": "header",
                     "format": EXPORT_FORMAT,
                     "version": EXPORT_VERSION,
-                    "exported_at": _iso(datetime.now(timezone.utc)),
+                    "exported_at": iso_utc(datetime.now(timezone.utc)),
                 }
             )
             + "\n"
@@ -236,8 +230,8 @@ async def _export_one(
             {
                 "type": "session",
                 "session": session_id,
-                "created_at": _iso(info.created_at),
-                "updated_at": _iso(info.updated_at),
+                "created_at": iso_utc(info.created_at),
+                "updated_at": iso_utc(info.updated_at),
             }
         )
         + "\n"
@@ -393,16 +387,6 @@ def scan_import(path: str) -> Iterator[_Record]:
         )
 
 
-def chunk_batch_id(namespace: str, session_id: str, position: int, texts: Sequence[str]) -> str:
-    """A batch id that depends only on the session, the chunk's position and content."""
-    digest = hashlib.sha256()
-    digest.update(f"{namespace}\0{session_id}\0{position}\0{len(texts)}\0".encode())
-    for text in texts:
-        digest.update(text.encode("utf-8", "surrogatepass"))
-        digest.update(b"\n")
-    return f"{namespace}-{digest.hexdigest()[:40]}"
-
-
 async def import_sessions(
     store: Store[Any],
     path: str,
@@ -416,7 +400,6 @@ async def import_sessions(
     Raises :class:`ImportFileError` (nothing written) when any line is bad.
     """
     admin_backend(store, "import")  # fail early on a store that cannot take batches
-    backend = store.backend
     total = ImportResult()
     for record in scan_import(path):  # pass 1: validate everything first
         if record.kind == "item":
@@ -426,55 +409,26 @@ async def import_sessions(
     if on_total is not None:
         on_total(total.items)
 
-    positions: dict[str, int] = {}
-    pending: list[str] = []
-    pending_bytes = 0
-    pending_session: str | None = None
-    block_items = 0
-
-    async def flush() -> None:
-        nonlocal pending, pending_bytes
-        if pending_session is None or not pending:
-            return
-        start = positions.get(pending_session, 0)
-        batch_id = chunk_batch_id("imp", pending_session, start, pending)
-        await _apply_once(
-            backend, pending_session, Batch(batch_id, False, (), tuple(pending)), total
-        )
-        positions[pending_session] = start + len(pending)
-        if progress is not None:
-            progress(len(pending))
-        pending = []
-        pending_bytes = 0
-
+    writers: dict[str, ChunkWriter] = {}  # a session's position carries across blocks
+    current: ChunkWriter | None = None
     for record in scan_import(path):  # pass 2: apply
-        if record.session_id != pending_session:
-            await flush()
-            pending_session = record.session_id
-        if record.kind == "session":
-            block_items = 0
-        elif record.kind == "item":
-            pending.append(record.text)
-            pending_bytes += len(record.text)
-            block_items += 1
-            if len(pending) >= chunk_items or pending_bytes >= CHUNK_BYTES:
-                await flush()
-        else:  # end
-            await flush()
-            if block_items == 0 and positions.get(record.session_id, 0) == 0:
-                # An empty session: a batch without items creates it, once.
-                marker = chunk_batch_id("imp", record.session_id, -1, ())
-                await _apply_once(backend, record.session_id, Batch(marker, False, (), ()), total)
-    await flush()
+        if current is None or current.session_id != record.session_id:
+            if current is not None:
+                await current.flush()
+            current = writers.get(record.session_id)
+            if current is None:
+                current = writers[record.session_id] = ChunkWriter(
+                    store, record.session_id, "imp", chunk_items=chunk_items, progress=progress
+                )
+        if record.kind == "item":
+            await current.add(record.text)
+        elif record.kind == "end":
+            await current.flush()
+            if current.position == 0:
+                await current.mark()  # an empty session: a batch without items creates it
+    if current is not None:
+        await current.flush()
+    for writer in writers.values():
+        total.added += writer.added
+        total.already_present += writer.already_present
     return total
-
-
-async def _apply_once(
-    backend: Backend, session_id: str, batch: Batch, result: ImportResult
-) -> None:
-    done = await backend.applied(session_id, [batch.batch_id])
-    if batch.batch_id in done:
-        result.already_present += len(batch.items)
-        return
-    await backend.apply(session_id, [batch])
-    result.added += len(batch.items)

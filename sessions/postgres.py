@@ -1,7 +1,7 @@
 """PostgreSQL backend (asyncpg): one pool per store, one round trip per common commit.
 
 The backend only loads rows and applies batches; staging, retries and outcome
-resolution live in the core (:mod:`sessions._core`).
+resolution live in the core (:mod:`sessions._commit`, :mod:`sessions._session`).
 
 * A batch of items only (the common turn) is ONE statement: data-modifying CTEs record
   the batch id (``ON CONFLICT DO NOTHING``), bump the session row (which locks it and
@@ -34,8 +34,10 @@ from typing import Any, TypeVar
 import asyncpg  # type: ignore[import-untyped]
 
 from ._backend import Batch, Row, SessionInfo
-from ._core import BufferedSession, RetryPolicy
+from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._session import BufferedSession
 from ._store import Store
+from ._validate import validate_identifier, validate_positive_int, validate_seconds
 from .errors import ConflictError, StorageError, StoreClosedError, TransientStorageError
 
 __all__ = [
@@ -49,8 +51,6 @@ __all__ = [
 T = TypeVar("T")
 
 logger = logging.getLogger("sessions")
-
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
 
 #: Each migration: ``(version, statements)``. Statements are templates whose
 #: ``{sessions}``, ``{items}``, ``{batches}`` placeholders become schema-qualified,
@@ -169,14 +169,14 @@ _SQL_LIST = (
 )
 _SQL_INFO = f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id = $1"
 _SQL_STALE = (
-    f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE updated_at < $1 "
-    "ORDER BY updated_at, session_id LIMIT $2"
+    f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE updated_at < $1 AND session_id > $2 "
+    "ORDER BY session_id LIMIT $3"
 )
 _SQL_RANGE = (
     "SELECT seq, data FROM {items} WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
 )
 _SQL_PRUNE = "DELETE FROM {batches} WHERE committed_at < $1"
-_SQL_DELETE_LOCK = "SELECT 1 FROM {sessions} WHERE session_id = $1 FOR UPDATE"
+_SQL_DELETE_LOCK = "SELECT updated_at FROM {sessions} WHERE session_id = $1 FOR UPDATE"
 _SQL_DELETE_ITEMS = "DELETE FROM {items} WHERE session_id = $1"
 _SQL_DELETE_BATCHES = "DELETE FROM {batches} WHERE session_id = $1"
 _SQL_DELETE_SESSION = "DELETE FROM {sessions} WHERE session_id = $1"
@@ -191,23 +191,12 @@ _RETRY_STATES = frozenset({"40001", "40P01", "53300", "57014"})
 _SETTLE_TIMEOUT = 5.0
 
 
-def validate_identifier(kind: str, value: object) -> str:
-    """``value`` if it is a plain SQL identifier (``^[A-Za-z_][A-Za-z0-9_]{0,40}$``)."""
-    if not isinstance(value, str):
-        raise TypeError(f"{kind} must be a str, got {type(value).__name__}: {value!r}")
-    if not _IDENTIFIER.fullmatch(value):
-        raise ValueError(
-            f"{kind} {value!r} is not a plain SQL identifier: it must match "
-            f"{_IDENTIFIER.pattern} (letters, digits, underscores; not starting with a digit)"
-        )
-    return value
-
-
-def _validate_prefix(value: object) -> str:
+def _validate_names(schema: object, table_prefix: object) -> tuple[str, str]:
     # A prefix may be empty; it is checked as the start of an identifier.
-    if isinstance(value, str) and value == "":
-        return value
-    return validate_identifier("table_prefix", value)
+    return (
+        validate_identifier(schema, "schema"),
+        validate_identifier(table_prefix, "table_prefix", allow_empty=True),
+    )
 
 
 @dataclass(frozen=True)
@@ -343,7 +332,7 @@ class PostgresBackend:
         owns_pool: bool,
         close_timeout: float = 60.0,
     ) -> None:
-        self._names = _Names(validate_identifier("schema", schema), _validate_prefix(table_prefix))
+        self._names = _Names(*_validate_names(schema, table_prefix))
         self._sql = _Sql.build(self._names)
         self._pool: Any = pool
         self._owns_pool = owns_pool
@@ -559,10 +548,14 @@ class PostgresBackend:
         rows = await self._fetch("session_info", self._sql.info, session_id)
         return _info(rows[0]) if rows else None
 
-    async def stale_sessions(self, cutoff: datetime, *, limit: int) -> list[SessionInfo]:
+    async def stale_sessions(
+        self, cutoff: datetime, *, limit: int, after: str | None = None
+    ) -> list[SessionInfo]:
         if cutoff.tzinfo is None:
             cutoff = cutoff.replace(tzinfo=timezone.utc)
-        rows = await self._fetch("stale_sessions", self._sql.stale, cutoff, min(limit, 2**62))
+        rows = await self._fetch(
+            "stale_sessions", self._sql.stale, cutoff, after or "", min(limit, 2**62)
+        )
         return [_info(row) for row in rows]
 
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
@@ -580,20 +573,27 @@ class PostgresBackend:
 
         return await self._run("prune_batches", run)
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(
+        self, session_id: str, *, stale_before: datetime | None = None
+    ) -> bool:
         lock, items, batches, session = self._sql.delete
+        if stale_before is not None and stale_before.tzinfo is None:
+            stale_before = stale_before.replace(tzinfo=timezone.utc)
 
         async def run(conn: Any, phase: _Phase) -> bool:
             await conn.execute("BEGIN")
             # Lock first, delete in later statements: they see everything committed
             # by writers that held the session row before us.
-            existed = await conn.fetchval(lock, session_id) is not None
+            updated = await conn.fetchval(lock, session_id)
+            if updated is None or (stale_before is not None and updated >= stale_before):
+                await conn.execute("ROLLBACK")
+                return False
             await conn.execute(items, session_id)
             await conn.execute(batches, session_id)
             await conn.execute(session, session_id)
             phase.commit_sent = True
             await conn.execute("COMMIT")
-            return existed
+            return True
 
         return await self._run("delete_session", run)
 
@@ -756,8 +756,16 @@ class PostgresStore(Store["PostgresSession"]):
     which :meth:`close` leaves open. Then ``store.session(session_id)``.
     """
 
-    def __init__(self, backend: PostgresBackend, *, retry: RetryPolicy | None = None) -> None:
-        super().__init__(backend, retry=retry)
+    def __init__(
+        self,
+        backend: PostgresBackend,
+        *,
+        retry: RetryPolicy | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+    ) -> None:
+        if not isinstance(backend, PostgresBackend):
+            raise TypeError(f"backend must be a PostgresBackend, got {type(backend).__name__}")
+        super().__init__(backend, retry=retry, commit_timeout=commit_timeout)
         self.session_class = PostgresSession
         self.postgres = backend
 
@@ -774,6 +782,7 @@ class PostgresStore(Store["PostgresSession"]):
         command_timeout: float | None = 60.0,
         retry: RetryPolicy | None = None,
         create: bool = True,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         **connect_kwargs: Any,
     ) -> PostgresStore:
         """Create a pool on ``dsn``, set up the schema, and return a store owning the pool.
@@ -783,20 +792,14 @@ class PostgresStore(Store["PostgresSession"]):
 
         ``statement_cache_size=0`` disables named prepared statements (needed behind
         PgBouncer in transaction pooling mode before 1.21). ``command_timeout`` bounds
-        each statement (seconds). Other keyword arguments go to ``asyncpg.create_pool``.
+        each statement (seconds); ``commit_timeout`` bounds how long a commit may hold its
+        caller. Other keyword arguments go to ``asyncpg.create_pool``.
         """
         if not isinstance(dsn, str) or not dsn:
-            raise TypeError(f"dsn must be a non-empty str, got {dsn!r}")
-        validate_identifier("schema", schema)
-        _validate_prefix(table_prefix)
-        for name, value in (("min_size", min_size), ("max_size", max_size)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if min_size < 0 or max_size < 1 or min_size > max_size:
-            raise ValueError(
-                f"need 0 <= min_size <= max_size and max_size >= 1, "
-                f"got min_size={min_size}, max_size={max_size}"
-            )
+            raise TypeError(f"dsn must be a non-empty str, got a {type(dsn).__name__}")
+        _validate_names(schema, table_prefix)
+        _validate_pool_size(min_size, max_size)
+        validate_seconds(commit_timeout, "commit_timeout")
         kwargs = dict(connect_kwargs)
         if statement_cache_size is not None:
             kwargs["statement_cache_size"] = statement_cache_size
@@ -804,32 +807,21 @@ class PostgresStore(Store["PostgresSession"]):
         if kwargs.get("reset") is None:  # a caller's own reset hook is left alone
             skipper = _ResetSkipper()
             kwargs["reset"] = skipper
-        try:
-            pool = await asyncpg.create_pool(
-                dsn,
-                min_size=min_size,
-                max_size=max_size,
-                command_timeout=command_timeout,
-                **kwargs,
-            )
-        except Exception as exc:
-            error = _classify(exc, "connect", _Phase())
-            if error is None:
-                raise
-            message = f"cannot open a pool on {_redact(dsn)}: {error}"
-            if isinstance(error, TransientStorageError):
-                raise TransientStorageError(message, outcome_known=True) from exc
-            raise StorageError(message) from exc
+        pool = await _create_pool(
+            dsn, min_size=min_size, max_size=max_size, command_timeout=command_timeout, **kwargs
+        )
         try:
             backend = PostgresBackend(
                 pool, schema=schema, table_prefix=table_prefix, owns_pool=True
             )
             backend._reset_skipper = skipper
             await backend.migrate(create=create)
+            store = cls(backend, retry=retry, commit_timeout=commit_timeout)
+            store.check_usable("open")
         except BaseException:
             pool.terminate()
             raise
-        return cls(backend, retry=retry)
+        return store
 
     @classmethod
     async def from_pool(
@@ -840,6 +832,7 @@ class PostgresStore(Store["PostgresSession"]):
         table_prefix: str = "txs_",
         retry: RetryPolicy | None = None,
         create: bool = True,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
     ) -> PostgresStore:
         """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
 
@@ -847,9 +840,12 @@ class PostgresStore(Store["PostgresSession"]):
         """
         if not isinstance(pool, asyncpg.Pool):
             raise TypeError(f"pool must be an asyncpg.Pool, got {type(pool).__name__}")
+        validate_seconds(commit_timeout, "commit_timeout")
         backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
         await backend.migrate(create=create)
-        return cls(backend, retry=retry)
+        store = cls(backend, retry=retry, commit_timeout=commit_timeout)
+        store.check_usable("from_pool")
+        return store
 
     @property
     def pool(self) -> Any:
@@ -864,6 +860,34 @@ class PostgresStore(Store["PostgresSession"]):
     def table_prefix(self) -> str:
         return self.postgres.table_prefix
 
+    def _describe(self) -> str:
+        return f"PostgresStore (schema {self.schema!r}, table prefix {self.table_prefix!r})"
+
+
+def _validate_pool_size(min_size: object, max_size: object) -> None:
+    validate_positive_int(max_size, "max_size")
+    if isinstance(min_size, bool) or not isinstance(min_size, int):
+        raise TypeError(f"min_size must be an int, got {type(min_size).__name__}")
+    assert isinstance(max_size, int)
+    if min_size < 0 or min_size > max_size:
+        raise ValueError(
+            f"need 0 <= min_size <= max_size, got min_size={min_size}, max_size={max_size}"
+        )
+
+
+async def _create_pool(dsn: str, **kwargs: Any) -> Any:
+    """``asyncpg.create_pool``, its failures as :mod:`sessions.errors` (DSN redacted)."""
+    try:
+        return await asyncpg.create_pool(dsn, **kwargs)
+    except Exception as exc:
+        error = _classify(exc, "connect", _Phase())
+        if error is None:
+            raise
+        message = f"cannot open a pool on {_redact(dsn)}: {error}"
+        if isinstance(error, TransientStorageError):
+            raise TransientStorageError(message, outcome_known=True) from exc
+        raise StorageError(message) from exc
+
 
 class PostgresSession(BufferedSession):
     """A buffered session stored in PostgreSQL.
@@ -871,7 +895,8 @@ class PostgresSession(BufferedSession):
     ``PostgresSession(session_id, dsn)`` opens a small pool of its own on first use and
     closes it in :meth:`close`: fine for scripts, not for servers (one pool per
     session). Servers share one :class:`PostgresStore` and call
-    ``store.session(session_id)`` (or pass ``store=``, which is borrowed, not closed).
+    ``store.session(session_id)`` (or pass ``store=``, which is borrowed, not closed;
+    then ``dsn``, ``schema`` and ``table_prefix`` belong to the store and may not be given).
     """
 
     def __init__(
@@ -881,33 +906,47 @@ class PostgresSession(BufferedSession):
         *,
         autocommit: bool = False,
         session_settings: Any = None,
-        schema: str = "public",
-        table_prefix: str = "txs_",
+        schema: str | None = None,
+        table_prefix: str | None = None,
         store: PostgresStore | None = None,
+        commit_timeout: float | None = None,
     ) -> None:
+        options: dict[str, Any] = {
+            "autocommit": autocommit,
+            "session_settings": session_settings,
+            "commit_timeout": commit_timeout,
+        }
         if store is not None:
-            if dsn is not None:
-                raise TypeError("pass either dsn or store=, not both")
             if not isinstance(store, PostgresStore):
                 raise TypeError(f"store must be a PostgresStore, got {type(store).__name__}")
-            super().__init__(
-                session_id, store=store, autocommit=autocommit, session_settings=session_settings
-            )
+            pairs = (("dsn", dsn), ("schema", schema), ("table_prefix", table_prefix))
+            given = [name for name, value in pairs if value is not None]
+            if given:
+                raise TypeError(
+                    f"PostgresSession: {', '.join(given)} cannot be combined with store= "
+                    "(the store already has its database and tables)"
+                )
+            super().__init__(session_id, store=store, **options)
             return
         if not isinstance(dsn, str) or not dsn:
-            raise TypeError(f"PostgresSession needs a dsn (a non-empty str) or store=, got {dsn!r}")
-        validate_identifier("schema", schema)
-        _validate_prefix(table_prefix)
+            raise TypeError(
+                "PostgresSession needs a dsn (a non-empty str) or store=, "
+                f"got a {type(dsn).__name__}"
+            )
+        names = _validate_names(
+            "public" if schema is None else schema, "txs_" if table_prefix is None else table_prefix
+        )
+        store_timeout = DEFAULT_COMMIT_TIMEOUT if commit_timeout is None else commit_timeout
         url = dsn
 
         async def factory() -> Store[Any]:
             return await PostgresStore.open(
-                url, min_size=1, max_size=2, schema=schema, table_prefix=table_prefix
+                url,
+                min_size=1,
+                max_size=2,
+                schema=names[0],
+                table_prefix=names[1],
+                commit_timeout=store_timeout,
             )
 
-        super().__init__(
-            session_id,
-            store_factory=factory,
-            autocommit=autocommit,
-            session_settings=session_settings,
-        )
+        super().__init__(session_id, store_factory=factory, **options)

@@ -1,10 +1,15 @@
-"""SQLite backend (aiosqlite): one file, one connection per store, WAL.
+"""SQLite backend: one file, one connection per store (on a worker thread), WAL.
 
 Every commit is one ``BEGIN IMMEDIATE ... COMMIT`` executed start to finish by a
-single call on the connection's worker thread, so no cancellation of the caller can
-leave a transaction open or half-applied. Commits of different sessions that arrive
-while the worker is busy share the next transaction (group commit, see ``_Group``),
-each in a savepoint of its own: one fsync and one thread hop for all of them.
+single job on the connection's worker thread (:mod:`sessions._worker`, which says why
+it is ours and not aiosqlite's), so no cancellation of the caller can leave a
+transaction open or half-applied. Commits of different sessions that arrive while the
+worker is busy share the next transaction (group commit, see ``_Group``), each in a
+savepoint of its own: one fsync and one thread hop for all of them.
+
+The schema is versioned: ``MIGRATIONS`` lists each version's statements (append only);
+opening a file applies the missing ones in one transaction, so many processes may open
+a fresh file at once.
 """
 
 from __future__ import annotations
@@ -16,53 +21,55 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from functools import partial
 from typing import Any, Literal, TypeVar
 
-import aiosqlite
-
 from ._backend import Batch, Row, SessionInfo
-from ._core import BufferedSession, RetryPolicy
+from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._session import BufferedSession
 from ._store import Store
+from ._validate import validate_seconds
+from ._worker import Worker, WorkerStoppedError, deliver
 from .errors import ConflictError, StorageError, StoreClosedError, TransientStorageError
 
-__all__ = ["SQLiteBackend", "SQLiteSession", "SQLiteStore"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteBackend", "SQLiteSession", "SQLiteStore"]
 
 T = TypeVar("T")
 
 Synchronous = Literal["FULL", "NORMAL", "EXTRA"]
 
-SCHEMA_VERSION = 1
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS txs_schema (
-    version INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS txs_sessions (
-    session_id TEXT PRIMARY KEY,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    item_count INTEGER NOT NULL DEFAULT 0,
-    next_seq INTEGER NOT NULL DEFAULT 1
-) WITHOUT ROWID;
--- No index on updated_at: it would be rewritten by every commit, and only purge
--- (an occasional full scan of this small table) looks sessions up by it. Files
--- created before this change had one: it is dropped on open.
-DROP INDEX IF EXISTS txs_sessions_updated;
-CREATE TABLE IF NOT EXISTS txs_items (
-    session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    batch_id TEXT NOT NULL,
-    data TEXT NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS txs_items_order ON txs_items (session_id, seq);
-CREATE TABLE IF NOT EXISTS txs_batches (
-    session_id TEXT NOT NULL,
-    batch_id TEXT NOT NULL,
-    committed_at REAL NOT NULL,
-    PRIMARY KEY (session_id, batch_id)
-) WITHOUT ROWID;
-"""
+#: Each migration: ``(version, statements)``, applied in order, once. Append only.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            "CREATE TABLE IF NOT EXISTS txs_sessions ("
+            " session_id TEXT PRIMARY KEY,"
+            " created_at REAL NOT NULL,"
+            " updated_at REAL NOT NULL,"
+            " item_count INTEGER NOT NULL DEFAULT 0,"
+            " next_seq INTEGER NOT NULL DEFAULT 1"
+            ") WITHOUT ROWID",
+            # No index on updated_at: it would be rewritten by every commit, and only purge
+            # (an occasional scan of this small table) looks sessions up by it. Files made
+            # by early versions had one.
+            "DROP INDEX IF EXISTS txs_sessions_updated",
+            "CREATE TABLE IF NOT EXISTS txs_items ("
+            " session_id TEXT NOT NULL,"
+            " seq INTEGER NOT NULL,"
+            " batch_id TEXT NOT NULL,"
+            " data TEXT NOT NULL"
+            ")",
+            "CREATE UNIQUE INDEX IF NOT EXISTS txs_items_order ON txs_items (session_id, seq)",
+            "CREATE TABLE IF NOT EXISTS txs_batches ("
+            " session_id TEXT NOT NULL,"
+            " batch_id TEXT NOT NULL,"
+            " committed_at REAL NOT NULL,"
+            " PRIMARY KEY (session_id, batch_id)"
+            ") WITHOUT ROWID",
+        ),
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 _SQL_RECORD_BATCH = (
     "INSERT OR IGNORE INTO txs_batches (session_id, batch_id, committed_at) VALUES (?, ?, ?)"
@@ -150,13 +157,12 @@ class _Group:
     thread hop then serve every session that committed meanwhile.
     """
 
-    __slots__ = ("closed", "done", "entries", "lock", "loop")
+    __slots__ = ("closed", "done", "entries", "lock")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, entry: tuple[str, Sequence[Batch]]) -> None:
         self.entries = [entry]
         self.closed = False
         self.lock = threading.Lock()
-        self.loop = loop
         self.done: asyncio.Future[_Outcome | BaseException] = loop.create_future()
 
     def join(self, entry: tuple[str, Sequence[Batch]]) -> int | None:
@@ -180,15 +186,12 @@ class _Group:
             outcome = _apply_group(conn, self.take())
         except BaseException as exc:  # noqa: BLE001 - handed to every waiter
             outcome = exc
-        try:
-            self.loop.call_soon_threadsafe(_resolve, self.done, outcome)
-        except RuntimeError:
-            pass  # the event loop is closed: nobody is waiting any more
+        deliver(self.done, outcome)
 
-
-def _resolve(future: asyncio.Future[_Outcome | BaseException], outcome: Any) -> None:
-    if not future.done():
-        future.set_result(outcome)
+    def fail(self, error: BaseException) -> None:
+        """The worker stopped before running the group: nothing of it was applied."""
+        self.take()
+        deliver(self.done, error)
 
 
 def _apply_group(conn: sqlite3.Connection, entries: list[tuple[str, Sequence[Batch]]]) -> _Outcome:
@@ -248,21 +251,10 @@ def _setup(conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> N
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
-    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    conn.execute(f"PRAGMA synchronous = {_validate_synchronous(synchronous)}")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
-        row = conn.execute("SELECT max(version) FROM txs_schema").fetchone()
-        version = row[0] if row else None
-        if version is None:
-            conn.execute("INSERT INTO txs_schema (version) VALUES (?)", (SCHEMA_VERSION,))
-        elif version > SCHEMA_VERSION:
-            raise StorageError(
-                f"database schema version {version} is newer than this version of "
-                f"txsessions supports ({SCHEMA_VERSION}); upgrade txsessions"
-            )
+        _migrate(conn)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -270,75 +262,133 @@ def _setup(conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> N
         raise
 
 
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Apply the missing ``MIGRATIONS`` (inside the caller's write transaction)."""
+    conn.execute("CREATE TABLE IF NOT EXISTS txs_schema (version INTEGER NOT NULL)")
+    (version,) = conn.execute("SELECT coalesce(max(version), 0) FROM txs_schema").fetchone()
+    if version > SCHEMA_VERSION:
+        raise StorageError(
+            f"database schema version {version} is newer than this version of "
+            f"txsessions supports ({SCHEMA_VERSION}); upgrade txsessions"
+        )
+    for number, statements in MIGRATIONS:
+        if number <= version:
+            continue
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute("INSERT INTO txs_schema (version) VALUES (?)", (number,))
+
+
+def _applied(conn: sqlite3.Connection, session_id: str, batch_ids: Sequence[str]) -> set[str]:
+    marks = ",".join("?" * len(batch_ids))
+    rows = conn.execute(
+        f"SELECT batch_id FROM txs_batches WHERE session_id = ? AND batch_id IN ({marks})",
+        (session_id, *batch_ids),
+    ).fetchall()
+    return {row[0] for row in rows}
+
+
+def _query(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+    return conn.execute(sql, params).fetchall()
+
+
+def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | None) -> bool:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if stale_before is not None:
+            row = conn.execute(
+                "SELECT updated_at FROM txs_sessions WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if row is None or row[0] >= stale_before:
+                conn.execute("COMMIT")
+                return False
+        conn.execute("DELETE FROM txs_items WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
+        existed = (
+            conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)).rowcount
+            > 0
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return existed
+
+
+def _prune(conn: sqlite3.Connection, cutoff: float) -> int:
+    return conn.execute("DELETE FROM txs_batches WHERE committed_at < ?", (cutoff,)).rowcount
+
+
 class SQLiteBackend:
-    """Stores batches in one SQLite file through one aiosqlite connection."""
+    """Stores batches in one SQLite file through one connection on a worker thread."""
 
     atomic = True
     idempotent = True
 
-    def __init__(self, conn: aiosqlite.Connection, raw: sqlite3.Connection, path: str) -> None:
-        self._conn: aiosqlite.Connection | None = conn
+    def __init__(self, worker: Worker, path: str) -> None:
+        self._worker = worker
         self._group: _Group | None = None
-        self._raw = raw
+        self._closed = False
         self.path = path
 
     @classmethod
     async def open(
         cls, path: str, *, synchronous: Synchronous = "FULL", busy_timeout: float = 5.0
     ) -> SQLiteBackend:
-        conn = aiosqlite.connect(
-            path, isolation_level=None, timeout=busy_timeout, check_same_thread=False
-        )
-        # A store that is never closed must not keep the interpreter from exiting.
-        # Safe: each commit is one call on this thread, and SQLite rolls back any
-        # transaction that a killed process left unfinished.
-        conn._thread.daemon = True
-        try:
-            await conn
-        except sqlite3.Error as exc:
-            # aiosqlite has queued its worker's stop; let it finish while this loop runs.
-            await _join(conn)
-            raise StorageError(f"cannot open SQLite database {path!r}: {exc}") from exc
-        try:
-            raw: sqlite3.Connection = await _call(conn, lambda: conn._conn)
-            await _call(conn, _setup, raw, synchronous, busy_timeout)
-        except BaseException as exc:
-            await conn.close()
-            await _join(conn)
-            if isinstance(exc, sqlite3.Error):
-                raise StorageError(f"cannot set up SQLite database {path!r}: {exc}") from exc
-            raise
-        return cls(conn, raw, path)
+        """Open (creating if needed) the database file and bring its schema up to date."""
+        path = _validate_path(path)
+        sync = _validate_synchronous(synchronous)
+        busy = validate_seconds(busy_timeout, "busy_timeout", allow_zero=True)
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        conn = self._conn
-        if conn is None:
+        def connect() -> sqlite3.Connection:
+            return sqlite3.connect(path, isolation_level=None, timeout=busy)
+
+        worker = Worker(f"txsessions SQLite {path!r}", connect)
+        try:
+            await worker.run(_setup, sync, busy)
+        except BaseException as exc:
+            await worker.close()
+            cause = exc.__cause__ if isinstance(exc, WorkerStoppedError) else exc
+            if isinstance(cause, sqlite3.Error):
+                raise StorageError(f"cannot open SQLite database {path!r}: {cause}") from cause
+            raise
+        return cls(worker, path)
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(conn, *args)`` on the store's connection, in its worker thread.
+
+        For queries of your own (reports, maintenance). ``fn`` runs between commits, never
+        inside one; a write of yours must open and close its own transaction.
+        ``sqlite3`` errors become :class:`~sessions.errors.StorageError`.
+        """
+        return await self._run("run", fn, *args)
+
+    async def _run(self, operation: str, fn: Callable[..., T], *args: Any) -> T:
+        if self._closed:
             raise StoreClosedError(f"SQLite store {self.path!r} is closed")
-        return await _call(conn, fn, self._raw, *args)
+        try:
+            return await self._worker.run(fn, *args)
+        except sqlite3.Error as exc:
+            raise _classify(exc, operation) from exc
 
     async def load(self, session_id: str, limit: int | None) -> list[Row]:
-        try:
-            return await self._run(_load, session_id, limit)
-        except sqlite3.Error as exc:
-            raise _classify(exc, "read") from exc
+        return await self._run("read", _load, session_id, limit)
 
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
-        conn = self._conn
-        if conn is None or not conn._running:  # never queue work for a stopped worker
+        if self._closed:  # never queue work for a stopped worker
             raise StoreClosedError(f"SQLite store {self.path!r} is closed")
         entry = (session_id, batches)
+        loop = asyncio.get_running_loop()
         group = self._group
-        index = None if group is None else group.join(entry)
+        joinable = group is not None and group.done.get_loop() is loop
+        index = group.join(entry) if group is not None and joinable else None
         if group is None or index is None:
-            group = self._group = _Group(asyncio.get_running_loop(), entry)
+            group = self._group = _Group(loop, entry)
             index = 0
-            # Queued without a future of aiosqlite's own: the group resolves ``done``.
-            conn._tx.put_nowait((None, partial(group.run, self._raw)))
+            self._worker.submit(group)
         outcome = await asyncio.shield(group.done)
-        if isinstance(outcome, BaseException):
-            error: BaseException | None = outcome
-        else:
-            error = outcome[index]
+        error = outcome if isinstance(outcome, BaseException) else outcome[index]
         if error is None:
             return
         if isinstance(error, sqlite3.Error):
@@ -346,39 +396,21 @@ class SQLiteBackend:
         raise error
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
-        def query(conn: sqlite3.Connection) -> set[str]:
-            marks = ",".join("?" * len(batch_ids))
-            rows = conn.execute(
-                f"SELECT batch_id FROM txs_batches WHERE session_id = ? AND batch_id IN ({marks})",
-                (session_id, *batch_ids),
-            ).fetchall()
-            return {row[0] for row in rows}
-
         if not batch_ids:
             return set()
-        try:
-            return await self._run(query)
-        except sqlite3.Error as exc:
-            raise _classify(exc, "read") from exc
+        return await self._run("read", _applied, session_id, list(batch_ids))
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
+        """Run what is queued, then close the connection and end the worker thread."""
+        self._closed = True
+        await self._worker.close()
 
     # ---------------------------------------------------------------- store operations
 
-    async def _query(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        def run(conn: sqlite3.Connection) -> list[Any]:
-            return conn.execute(sql, params).fetchall()
-
-        try:
-            return await self._run(run)
-        except sqlite3.Error as exc:
-            raise _classify(exc, "read") from exc
-
     async def list_sessions(self, *, limit: int, after: str | None) -> list[SessionInfo]:
-        rows = await self._query(
+        rows = await self._run(
+            "list_sessions",
+            _query,
             f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE session_id > ? "
             "ORDER BY session_id LIMIT ?",
             ("" if after is None else after, limit),
@@ -386,60 +418,42 @@ class SQLiteBackend:
         return [_info(row) for row in rows]
 
     async def session_info(self, session_id: str) -> SessionInfo | None:
-        rows = await self._query(
-            f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE session_id = ?", (session_id,)
+        rows = await self._run(
+            "session_info",
+            _query,
+            f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE session_id = ?",
+            (session_id,),
         )
         return _info(rows[0]) if rows else None
 
-    async def stale_sessions(self, cutoff: datetime, *, limit: int) -> list[SessionInfo]:
-        rows = await self._query(
+    async def stale_sessions(
+        self, cutoff: datetime, *, limit: int, after: str | None = None
+    ) -> list[SessionInfo]:
+        rows = await self._run(
+            "stale_sessions",
+            _query,
             f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE updated_at < ? "
-            "ORDER BY updated_at LIMIT ?",
-            (cutoff.timestamp(), min(limit, 2**62)),
+            "AND session_id > ? ORDER BY session_id LIMIT ?",
+            (cutoff.timestamp(), "" if after is None else after, min(limit, 2**62)),
         )
         return [_info(row) for row in rows]
 
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
-        return await self._query(
+        return await self._run(
+            "read",
+            _query,
             "SELECT seq, data FROM txs_items WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (session_id, -(2**62) if after is None else after, limit),
         )
 
     async def prune_batches(self, cutoff: datetime) -> int:
-        def run(conn: sqlite3.Connection) -> int:
-            cursor = conn.execute(
-                "DELETE FROM txs_batches WHERE committed_at < ?", (cutoff.timestamp(),)
-            )
-            return cursor.rowcount
+        return await self._run("prune", _prune, cutoff.timestamp())
 
-        try:
-            return await self._run(run)
-        except sqlite3.Error as exc:
-            raise _classify(exc, "prune") from exc
-
-    async def delete_session(self, session_id: str) -> bool:
-        def run(conn: sqlite3.Connection) -> bool:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                conn.execute("DELETE FROM txs_items WHERE session_id = ?", (session_id,))
-                conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
-                existed = (
-                    conn.execute(
-                        "DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)
-                    ).rowcount
-                    > 0
-                )
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
-            return existed
-
-        try:
-            return await self._run(run)
-        except sqlite3.Error as exc:
-            raise _classify(exc, "delete") from exc
+    async def delete_session(
+        self, session_id: str, *, stale_before: datetime | None = None
+    ) -> bool:
+        before = None if stale_before is None else stale_before.timestamp()
+        return await self._run("delete", _delete, session_id, before)
 
 
 _INFO_COLUMNS = "session_id, item_count, created_at, updated_at"
@@ -454,30 +468,22 @@ def _info(row: Sequence[Any]) -> SessionInfo:
     )
 
 
-async def _join(conn: aiosqlite.Connection, timeout: float = 5.0) -> None:
-    """Wait (without blocking the loop) until the connection's worker thread has ended."""
-    await asyncio.to_thread(conn._thread.join, timeout)
-
-
-async def _call(conn: aiosqlite.Connection, fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn(*args)`` on the connection's worker thread in one hop.
-
-    aiosqlite runs every call through ``Connection._execute``; using it directly lets a
-    whole transaction run as one call, so it can neither be torn by a cancellation nor
-    pay a thread hop per statement.
-    """
-    result: T = await conn._execute(fn, *args)  # type: ignore[no-untyped-call]
-    return result
-
-
 class SQLiteStore(Store["SQLiteSession"]):
     """One SQLite database shared by many sessions (one connection in all).
 
     ``store = await SQLiteStore.open("chat.db")``, then ``store.session(session_id)``.
     """
 
-    def __init__(self, backend: SQLiteBackend, *, retry: RetryPolicy | None = None) -> None:
-        super().__init__(backend, retry=retry)
+    def __init__(
+        self,
+        backend: SQLiteBackend,
+        *,
+        retry: RetryPolicy | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+    ) -> None:
+        if not isinstance(backend, SQLiteBackend):
+            raise TypeError(f"backend must be a SQLiteBackend, got {type(backend).__name__}")
+        super().__init__(backend, retry=retry, commit_timeout=commit_timeout)
         self.session_class = SQLiteSession
         self.sqlite = backend
 
@@ -489,32 +495,40 @@ class SQLiteStore(Store["SQLiteSession"]):
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 5.0,
         retry: RetryPolicy | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
     ) -> SQLiteStore:
         """Open (creating if needed) the database at ``path``.
 
         ``synchronous="FULL"`` (default) makes every commit durable across power loss;
         ``"NORMAL"`` trades the last commits on power loss (never on a process crash)
         for speed. ``busy_timeout`` is how long a commit waits for other writers.
+        ``commit_timeout`` bounds how long a commit may hold its caller (seconds).
         """
         db_path = _validate_path(path)
         _validate_synchronous(synchronous)
-        if isinstance(busy_timeout, bool) or not isinstance(busy_timeout, (int, float)):
-            raise TypeError(f"busy_timeout must be a number, got {type(busy_timeout).__name__}")
-        if busy_timeout < 0:
-            raise ValueError(f"busy_timeout must be >= 0, got {busy_timeout}")
+        validate_seconds(busy_timeout, "busy_timeout", allow_zero=True)
+        validate_seconds(commit_timeout, "commit_timeout")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         backend = await SQLiteBackend.open(
-            db_path, synchronous=synchronous, busy_timeout=float(busy_timeout)
+            db_path, synchronous=synchronous, busy_timeout=busy_timeout
         )
-        return cls(backend, retry=retry)
+        store = cls(backend, retry=retry, commit_timeout=commit_timeout)
+        store.check_usable("open")
+        return store
 
     @property
     def path(self) -> str:
         return self.sqlite.path
 
+    def _describe(self) -> str:
+        return f"SQLiteStore {self.path!r}"
 
-def _validate_synchronous(value: object) -> None:
-    if value not in ("FULL", "NORMAL", "EXTRA"):
-        raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {value!r}")
+
+def _validate_synchronous(value: object) -> Synchronous:
+    if value == "FULL" or value == "NORMAL" or value == "EXTRA":
+        return value
+    raise ValueError(f"synchronous must be 'FULL', 'NORMAL' or 'EXTRA', got {value!r}")
 
 
 def _validate_path(path: object) -> str:
@@ -531,34 +545,46 @@ class SQLiteSession(BufferedSession):
     """A buffered session stored in SQLite.
 
     ``SQLiteSession(session_id, "chat.db")`` opens its own connection on first use and
-    closes it in :meth:`close`; fine for scripts. Servers should share one
-    :class:`SQLiteStore` and call ``store.session(session_id)``.
+    closes it in :meth:`close`; fine for scripts. ``db_path`` defaults to a private
+    in-memory database. Servers should share one :class:`SQLiteStore` and call
+    ``store.session(session_id)`` (or pass ``store=``, which is borrowed: then
+    ``db_path`` and ``synchronous`` belong to the store and may not be given).
     """
 
     def __init__(
         self,
         session_id: str,
-        db_path: str | os.PathLike[str] = ":memory:",
+        db_path: str | os.PathLike[str] | None = None,
         *,
         autocommit: bool = False,
         session_settings: Any = None,
-        synchronous: Synchronous = "FULL",
+        synchronous: Synchronous | None = None,
         store: SQLiteStore | None = None,
+        commit_timeout: float | None = None,
     ) -> None:
+        options: dict[str, Any] = {
+            "autocommit": autocommit,
+            "session_settings": session_settings,
+            "commit_timeout": commit_timeout,
+        }
         if store is not None:
-            super().__init__(
-                session_id, store=store, autocommit=autocommit, session_settings=session_settings
-            )
+            if not isinstance(store, SQLiteStore):
+                raise TypeError(f"store must be a SQLiteStore, got {type(store).__name__}")
+            pairs = (("db_path", db_path), ("synchronous", synchronous))
+            given = [name for name, value in pairs if value is not None]
+            if given:
+                raise TypeError(
+                    f"SQLiteSession: {' and '.join(given)} cannot be combined with store= "
+                    "(the store already has its database and settings)"
+                )
+            super().__init__(session_id, store=store, **options)
             return
-        path = _validate_path(db_path)
-        _validate_synchronous(synchronous)
+        path = _validate_path(":memory:" if db_path is None else db_path)
+        sync = _validate_synchronous("FULL" if synchronous is None else synchronous)
+
+        store_timeout = DEFAULT_COMMIT_TIMEOUT if commit_timeout is None else commit_timeout
 
         async def factory() -> Store[Any]:
-            return await SQLiteStore.open(path, synchronous=synchronous)
+            return await SQLiteStore.open(path, synchronous=sync, commit_timeout=store_timeout)
 
-        super().__init__(
-            session_id,
-            store_factory=factory,
-            autocommit=autocommit,
-            session_settings=session_settings,
-        )
+        super().__init__(session_id, store_factory=factory, **options)

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._backend import Batch, Row
-from ._core import BufferedSession, RetryPolicy
+from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._serde import decode_item, encode_item
+from ._session import BufferedSession
 from ._store import Store
 from .errors import ConflictError, InvalidItemError, SessionError, StorageError
 
@@ -259,13 +260,20 @@ class _InnerBackend:
 class _InnerStore(Store["TransactionalSession"]):
     """The private, single-session store under one :class:`TransactionalSession`."""
 
-    def __init__(self, backend: _InnerBackend) -> None:
+    def __init__(self, backend: _InnerBackend, commit_timeout: float) -> None:
         # Nothing the wrapped session raises is known to be safe to repeat: no retries.
-        super().__init__(backend, retry=RetryPolicy(attempts=1))
-        self.session_class = TransactionalSession
+        super().__init__(backend, retry=RetryPolicy(attempts=1), commit_timeout=commit_timeout)
+
+    def _describe(self) -> str:
+        return "the store of a TransactionalSession"
 
     def session(
-        self, session_id: str, *, autocommit: bool = False, session_settings: Any = None
+        self,
+        session_id: str,
+        *,
+        autocommit: bool = False,
+        session_settings: Any = None,
+        commit_timeout: float | None = None,
     ) -> TransactionalSession:
         raise SessionError(
             "a TransactionalSession's store serves that one session; wrap another "
@@ -280,7 +288,8 @@ class TransactionalSession(BufferedSession):
     ``session_settings`` is given, its ``session_settings`` too. Reads see the wrapped
     session's history followed by the staged changes; ``add_items`` never suspends
     (unless ``autocommit``); ``commit()`` applies the staged ``clear_session()``, pops
-    and ``add_items()`` to ``inner`` in order, shielded from cancellation of its caller.
+    and ``add_items()`` to ``inner`` in order, shielded from cancellation of its caller
+    for at most ``commit_timeout`` seconds.
 
     ``close()`` closes the wrapper only, never ``inner``: the caller owns it.
     """
@@ -291,6 +300,7 @@ class TransactionalSession(BufferedSession):
         *,
         autocommit: bool = False,
         session_settings: SessionSettings | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
     ) -> None:
         _check_inner(inner)
         session_id = inner.session_id
@@ -299,7 +309,7 @@ class TransactionalSession(BufferedSession):
         self._inner = inner
         super().__init__(
             session_id,
-            store=_InnerStore(_InnerBackend(inner, session_id)),
+            store=_InnerStore(_InnerBackend(inner, session_id), commit_timeout),
             autocommit=autocommit,
             session_settings=session_settings,
         )

@@ -443,7 +443,7 @@ async def test_session_holds_plain_data_only(target: Target, sid: str, entry: st
     async with session.transaction():
         result = await drive(entry, agent, "go", session)
         assert session.has_pending
-        staged = [item for stage in session._stages for item in stage.items]
+        _, _, staged = session._staging.view()
         assert staged and all(type(item) is str for item in staged)
         assert _reachable_live_objects(session) == []
     if entry == "streamed":

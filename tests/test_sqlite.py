@@ -30,7 +30,7 @@ async def test_file_database_uses_wal_and_full_sync_by_default(tmp_path: Path) -
             busy = conn.execute("PRAGMA busy_timeout").fetchone()[0]
             return mode, sync, busy
 
-        mode, sync, busy = await store.sqlite._run(pragmas)
+        mode, sync, busy = await store.sqlite.run(pragmas)
         assert mode == "wal"
         assert sync == 2  # FULL
         assert busy == 5000
@@ -41,8 +41,8 @@ async def test_file_database_uses_wal_and_full_sync_by_default(tmp_path: Path) -
 async def test_normal_durability_is_opt_in(tmp_path: Path) -> None:
     store = await SQLiteStore.open(tmp_path / "a.db", synchronous="NORMAL", busy_timeout=1.5)
     try:
-        sync = await store.sqlite._run(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
-        busy = await store.sqlite._run(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0])
+        sync = await store.sqlite.run(lambda c: c.execute("PRAGMA synchronous").fetchone()[0])
+        busy = await store.sqlite.run(lambda c: c.execute("PRAGMA busy_timeout").fetchone()[0])
         assert (sync, busy) == (1, 1500)
     finally:
         await store.close()

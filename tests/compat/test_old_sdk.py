@@ -47,7 +47,7 @@ def _project_dependencies() -> list[str]:
     try:
         import tomllib
     except ImportError:  # Python 3.10
-        return ["aiosqlite>=0.20,<0.23"]
+        return []  # no runtime dependency besides the SDK
     with open(ROOT / "pyproject.toml", "rb") as f:
         deps: list[str] = tomllib.load(f)["project"]["dependencies"]
     return [d for d in deps if not d.replace("_", "-").lower().startswith("openai-agents")]

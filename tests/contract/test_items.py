@@ -251,8 +251,8 @@ async def test_session_holds_plain_text_only(store: Store[Any], sid: str) -> Non
     await session.add_items([item])
     with pytest.raises(InvalidItemError):
         await session.add_items([{"role": "user", "content": heavy}])
-    for stage in session._stages:
-        assert all(type(text) is str for text in stage.items)
+    _, _, staged = session._staging.view()
+    assert staged and all(type(text) is str for text in staged)
     del heavy
     gc.collect()
     assert ref() is None, "the session kept a live object alive"

@@ -322,7 +322,7 @@ async def _judge_refused_commit(
 
 
 async def _sqlite_exec(store: SQLiteStore, sql: str) -> Any:
-    return await store.sqlite._run(lambda conn: conn.execute(sql).fetchall())
+    return await store.sqlite.run(lambda conn: conn.execute(sql).fetchall())
 
 
 async def test_sqlite_full_database_keeps_staged_changes(tmp_path: Any) -> None:

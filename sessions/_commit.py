@@ -1,0 +1,242 @@
+"""The one commit path: every writer (sessions, import, migration) goes through here.
+
+:func:`apply_batches` applies batches of one session with the store's retry policy and,
+when retries run out without knowing whether the last attempt landed, asks the
+database (by batch id) before giving up. :func:`write_batches` is the same, shielded
+from cancellation and bounded by the store's ``commit_timeout``: what import and
+migration call. Sessions call :func:`apply_batches` inside their own bounded shield,
+because their shielded work also covers their lock and their staging.
+
+Nothing else in ``sessions/`` calls ``Backend.apply``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._backend import Backend, Batch
+from ._shield import DeadlineExceeded, shielded
+from .errors import (
+    CommitConflictError,
+    CommitError,
+    ConflictError,
+    StorageError,
+    TransientStorageError,
+)
+
+__all__ = [
+    "DEFAULT_COMMIT_TIMEOUT",
+    "Outcome",
+    "RetryPolicy",
+    "apply_batches",
+    "derived_batch_id",
+    "interrupted_error",
+    "retry_advice",
+    "write_batches",
+]
+
+logger = logging.getLogger("sessions")
+
+#: Seconds a caller of ``commit()`` (or an autocommit write, or ``close()``) may be held.
+DEFAULT_COMMIT_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a commit retries transient failures (lost connection, busy database).
+
+    ``attempts`` counts the first try. Delays grow exponentially from
+    ``initial_delay`` up to ``max_delay`` seconds, with jitter.
+    """
+
+    attempts: int = 5
+    initial_delay: float = 0.05
+    max_delay: float = 2.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
+            raise TypeError(f"RetryPolicy.attempts must be an int, got {self.attempts!r}")
+        if self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
+        for name in ("initial_delay", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"RetryPolicy.{name} must be a number >= 0, got {value!r}")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base: float = min(self.max_delay, self.initial_delay * (2.0 ** (attempt - 1)))
+        return base * (0.5 + random.random() / 2)
+
+    def window(self) -> float:
+        """The longest time all the waits between attempts can take."""
+        return sum(
+            min(self.max_delay, self.initial_delay * (2.0 ** (attempt - 1)))
+            for attempt in range(1, self.attempts)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What :func:`apply_batches` found out."""
+
+    applied: frozenset[str]
+    """Ids of the batches known to be applied (all of them when ``error`` is ``None``)."""
+    error: CommitError | None = None
+    """Why not everything is known to be applied."""
+
+
+def retry_advice(backend: Backend) -> str:
+    if backend.idempotent:
+        return "commit() again is safe: this batch is applied at most once"
+    return (
+        f"{type(backend).__name__} is not idempotent: check the stored history "
+        "before committing again"
+    )
+
+
+def _ids(batches: Sequence[Batch]) -> frozenset[str]:
+    return frozenset(batch.batch_id for batch in batches)
+
+
+async def apply_batches(
+    backend: Backend, policy: RetryPolicy, session_id: str, batches: Sequence[Batch]
+) -> Outcome:
+    """Apply ``batches`` (one session, in order) with retries; never raises a storage error.
+
+    A ``CancelledError`` (or any unexpected exception) while a batch is in flight is
+    propagated as is: the outcome of that attempt is then unknown, and the caller
+    records it so.
+    """
+    known = True
+    last: TransientStorageError | None = None
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            await backend.apply(session_id, batches)
+        except TransientStorageError as exc:
+            last, known = exc, known and exc.outcome_known
+            if attempt < policy.attempts:
+                delay = policy.delay(attempt)
+                logger.info(
+                    "session %r: commit attempt %d/%d failed (%s); retrying in %.3fs",
+                    session_id,
+                    attempt,
+                    policy.attempts,
+                    exc,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+        except StorageError as exc:  # the database rolled the transaction back
+            kind = CommitConflictError if isinstance(exc, ConflictError) else CommitError
+            error = kind(
+                f"commit of session {session_id!r} failed and was rolled back "
+                f"(nothing applied; changes still staged): {exc}",
+                session_id=session_id,
+                outcome_known=True,
+                attempts=attempt,
+            )
+            error.__cause__ = exc
+            return Outcome(frozenset(), error)
+        else:
+            return Outcome(_ids(batches))
+    assert last is not None
+    return await _give_up(backend, session_id, batches, policy.attempts, known, last)
+
+
+async def _give_up(
+    backend: Backend,
+    session_id: str,
+    batches: Sequence[Batch],
+    attempts: int,
+    known: bool,
+    last: TransientStorageError,
+) -> Outcome:
+    """Out of retries. If the outcome is unknown, ask the database what happened."""
+    applied: frozenset[str] = frozenset()
+    if not known:
+        try:
+            applied = frozenset(await backend.applied(session_id, list(_ids(batches))))
+        except Exception as probe:  # noqa: BLE001 - the outcome stays unknown, said below
+            logger.info("session %r: could not resolve commit outcome: %s", session_id, probe)
+        else:
+            if applied == _ids(batches):
+                return Outcome(applied)
+            known = known or not applied
+    error = CommitError(
+        f"commit of session {session_id!r} gave up after {attempts} attempt(s); outcome "
+        f"{'known: nothing applied' if known else 'UNKNOWN'}; changes still staged "
+        f"({retry_advice(backend)}): {last}",
+        session_id=session_id,
+        outcome_known=known,
+        attempts=attempts,
+    )
+    error.__cause__ = last
+    return Outcome(applied, error)
+
+
+def interrupted_error(
+    session_id: str, backend: Backend | None, failure: BaseException, *, known: bool = False
+) -> CommitError:
+    """The error for a commit interrupted in flight (out of time, or an unexpected error).
+
+    ``known``: nothing of the commit was sent (it was still waiting to start).
+    """
+    if isinstance(failure, DeadlineExceeded):
+        what = f"did not finish within commit_timeout={failure.timeout:g}s"
+    else:
+        what = f"failed with an unexpected {type(failure).__name__}: {failure}"
+    if known:
+        state = "nothing of it was sent (changes still staged)"
+    else:
+        advice = "" if backend is None else f"; {retry_advice(backend)}"
+        state = f"outcome unknown (changes still staged{advice})"
+    error = CommitError(
+        f"commit of session {session_id!r} {what}; {state}",
+        session_id=session_id,
+        outcome_known=known,
+    )
+    error.__cause__ = failure
+    return error
+
+
+async def write_batches(
+    backend: Backend,
+    policy: RetryPolicy,
+    session_id: str,
+    batches: Sequence[Batch],
+    *,
+    timeout: float | None,
+) -> None:
+    """:func:`apply_batches`, shielded and bounded; raises :class:`CommitError` on failure.
+
+    For writers without a session of their own (import, migration): their batches have
+    deterministic ids, so after any error running the same write again is safe.
+    """
+    try:
+        outcome = await shielded(
+            apply_batches(backend, policy, session_id, batches), timeout=timeout
+        )
+    except DeadlineExceeded as exc:
+        raise interrupted_error(session_id, backend, exc) from exc
+    if outcome.error is not None:
+        raise outcome.error
+
+
+def derived_batch_id(namespace: str, session_id: str, position: int, texts: Sequence[str]) -> str:
+    """A batch id that depends only on its inputs: what makes bulk writes idempotent.
+
+    ``namespace`` says which writer made it (``imp`` for import, ``mig`` for migration);
+    ``position`` is where the batch's first item sits in the source's history of that
+    session (``-1`` for a marker batch without items).
+    """
+    digest = hashlib.sha256()
+    digest.update(f"{namespace}\0{session_id}\0{position}\0{len(texts)}\0".encode())
+    for text in texts:
+        digest.update(text.encode("utf-8", "surrogatepass"))
+        digest.update(b"\n")
+    return f"{namespace}-{digest.hexdigest()[:40]}"
