@@ -300,89 +300,117 @@ def _read_lines(path: str) -> Iterator[tuple[int, str]]:
                 yield number, text
 
 
+class _Scanner:
+    """Checks the lines of one export file in order; see :func:`scan_import`."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.current: tuple[str, int, int] | None = None  # (session id, opened at, items)
+        self.first = True
+
+    def bad(self, number: int, message: str) -> ImportFileError:
+        return ImportFileError(self.path, number, message)
+
+    def parse(self, number: int, text: str) -> dict[str, Any] | None:
+        """The line as a JSON object; ``None`` for the header line."""
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            raise self.bad(number, f"not valid JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise self.bad(number, f"expected a JSON object, got {type(value).__name__}")
+        first, self.first = self.first, False
+        if value.get("type") != "header":
+            return value
+        if not first:
+            raise self.bad(number, "a header line may only be the first line")
+        if value.get("format") != EXPORT_FORMAT:
+            raise self.bad(number, f"not a txsessions export (format {value.get('format')!r})")
+        version = value.get("version")
+        if not isinstance(version, int) or version > EXPORT_VERSION:
+            raise self.bad(
+                number,
+                f"export format version {version!r} is newer than this txsessions reads "
+                f"({EXPORT_VERSION}); upgrade txsessions",
+            )
+        return None
+
+    def record(self, number: int, value: dict[str, Any]) -> _Record:
+        kind = value.get("type")
+        if kind not in ("session", "item", "end"):
+            raise self.bad(number, f"unknown line type {kind!r} (expected session, item or end)")
+        session_id = value.get("session")
+        try:
+            validate_session_id(session_id)
+        except InvalidSessionIdError as exc:
+            raise self.bad(number, f"bad session id: {exc}") from None
+        assert isinstance(session_id, str)
+        if kind == "session":
+            return self.open_session(number, session_id)
+        if kind == "item":
+            return self.item(number, session_id, value.get("item"))
+        return self.end(number, session_id, value.get("items"))
+
+    def open_session(self, number: int, session_id: str) -> _Record:
+        if self.current is not None:
+            raise self.bad(
+                number,
+                f"session {session_id!r} starts before session {self.current[0]!r} "
+                f"(line {self.current[1]}) ended: its end line is missing",
+            )
+        self.current = (session_id, number, 0)
+        return _Record(number, "session", session_id)
+
+    def item(self, number: int, session_id: str, item: Any) -> _Record:
+        current = self.current
+        if current is not None and current[0] != session_id:
+            raise self.bad(
+                number,
+                f"item of session {session_id!r} inside session {current[0]!r} "
+                f"(opened at line {current[1]})",
+            )
+        try:
+            encoded = encode_item(item)
+        except InvalidItemError as exc:
+            raise self.bad(number, f"bad item: {exc}") from None
+        if current is not None:
+            self.current = (current[0], current[1], current[2] + 1)
+        return _Record(number, "item", session_id, encoded)
+
+    def end(self, number: int, session_id: str, declared: Any) -> _Record:
+        current = self.current
+        if current is None or current[0] != session_id:
+            raise self.bad(number, f"end of session {session_id!r}, which is not open here")
+        if isinstance(declared, bool) or not isinstance(declared, int):
+            raise self.bad(number, f"end line needs an integer 'items', got {declared!r}")
+        if declared != current[2]:
+            raise self.bad(
+                number,
+                f"session {session_id!r} declares {declared} items but the file has "
+                f"{current[2]} (from line {current[1]}): the file was cut or edited",
+            )
+        self.current = None
+        return _Record(number, "end", session_id)
+
+
 def scan_import(path: str) -> Iterator[_Record]:
     """Parse and check an export file, yielding its session/item/end records.
 
     Raises :class:`ImportFileError` at the first bad line, naming it.
     """
-    current: tuple[str, int, int] | None = None  # (session id, opened at line, items)
+    scanner = _Scanner(path)
     last_line = 0
-    first = True
     for number, text in _read_lines(path):
         last_line = number
-
-        def bad(message: str, number: int = number) -> ImportFileError:
-            return ImportFileError(path, number, message)
-
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            raise bad(f"not valid JSON ({exc})") from None
-        if not isinstance(value, dict):
-            raise bad(f"expected a JSON object, got {type(value).__name__}")
-        kind = value.get("type")
-        if first:
-            first = False
-            if kind == "header":
-                if value.get("format") != EXPORT_FORMAT:
-                    raise bad(f"not a txsessions export (format {value.get('format')!r})")
-                version = value.get("version")
-                if not isinstance(version, int) or version > EXPORT_VERSION:
-                    raise bad(
-                        f"export format version {version!r} is newer than this txsessions "
-                        f"reads ({EXPORT_VERSION}); upgrade txsessions"
-                    )
-                continue
-        if kind == "header":
-            raise bad("a header line may only be the first line")
-        if kind not in ("session", "item", "end"):
-            raise bad(f"unknown line type {kind!r} (expected session, item or end)")
-        session_id = value.get("session")
-        try:
-            validate_session_id(session_id)
-        except InvalidSessionIdError as exc:
-            raise bad(f"bad session id: {exc}") from None
-        assert isinstance(session_id, str)
-        if kind == "session":
-            if current is not None:
-                raise bad(
-                    f"session {session_id!r} starts before session {current[0]!r} "
-                    f"(line {current[1]}) ended: its end line is missing"
-                )
-            current = (session_id, number, 0)
-            yield _Record(number, "session", session_id)
-        elif kind == "item":
-            if current is not None and current[0] != session_id:
-                raise bad(
-                    f"item of session {session_id!r} inside session {current[0]!r} "
-                    f"(opened at line {current[1]})"
-                )
-            item = value.get("item")
-            try:
-                encoded = encode_item(item)
-            except InvalidItemError as exc:
-                raise bad(f"bad item: {exc}") from None
-            if current is not None:
-                current = (current[0], current[1], current[2] + 1)
-            yield _Record(number, "item", session_id, encoded)
-        else:
-            if current is None or current[0] != session_id:
-                raise bad(f"end of session {session_id!r}, which is not open here")
-            declared = value.get("items")
-            if isinstance(declared, bool) or not isinstance(declared, int):
-                raise bad(f"end line needs an integer 'items', got {declared!r}")
-            if declared != current[2]:
-                raise bad(
-                    f"session {session_id!r} declares {declared} items but the file has "
-                    f"{current[2]} (from line {current[1]}): the file was cut or edited"
-                )
-            current = None
-            yield _Record(number, "end", session_id)
-    if current is not None:
+        value = scanner.parse(number, text)
+        if value is not None:
+            yield scanner.record(number, value)
+    if scanner.current is not None:
+        session_id, opened, _ = scanner.current
         raise ImportFileError(
             path,
             last_line,
-            f"the file ends inside session {current[0]!r} (opened at line {current[1]}): "
+            f"the file ends inside session {session_id!r} (opened at line {opened}): "
             "it is truncated",
         )
 
