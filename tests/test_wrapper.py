@@ -511,3 +511,38 @@ async def test_what_is_not_a_session_is_refused_by_name(tmp_path: Path) -> None:
         await w.close()
     finally:
         await store.close()
+
+
+async def test_commit_into_a_hung_inner_session_releases_its_cancelled_caller_within_the_bound(
+    tmp_path: Path,
+) -> None:
+    """The SDK's SQLiteSession waits (up to its 5 s busy timeout, shielding itself from
+    cancellation) while another connection holds the file's write lock: a real hang. The
+    wrapper's caller is released at its own commit_timeout all the same."""
+    import sqlite3
+
+    path = tmp_path / "locked.db"
+    inner = SDKSQLiteSession("s", path)
+    await inner.add_items([msg("before")])
+    wrapper = TransactionalSession(inner, commit_timeout=0.5)
+    locker = sqlite3.connect(path, isolation_level=None)
+    locker.execute("BEGIN EXCLUSIVE")
+    try:
+        await wrapper.add_items([msg("a"), msg("b")])
+        task = asyncio.create_task(wrapper.commit())
+        await asyncio.sleep(0.1)  # the inner add_items is now waiting for the lock
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=0.5 + 1.0)
+        assert task in done, "the wrapper held its cancelled caller past commit_timeout + 1 s"
+        assert task.cancelled()
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    # The inner write is one transaction: whenever it ends, it is all there or not at all.
+    for _ in range(100):
+        if texts(await inner.get_items()) == ["before", "a", "b"]:
+            break
+        await asyncio.sleep(0.1)
+    assert texts(await inner.get_items()) in (["before"], ["before", "a", "b"])
+    await wrapper.rollback()
+    inner.close()
