@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sessions import SQLiteSession, SQLiteStore
-from sessions.errors import StorageError
+from sessions.errors import CommitError, StorageError
 
 
 def msg(text: str) -> dict[str, Any]:
@@ -249,3 +249,98 @@ async def test_a_failing_commit_in_a_group_rolls_back_alone(tmp_path: Path) -> N
     assert count("SELECT count(*) FROM txs_items WHERE session_id LIKE 'g_'") == 5
     assert count("SELECT count(*) FROM txs_items WHERE session_id = 'g0'") == 1
     conn.close()
+
+
+# ------------------------------------------------------------------ the worker thread
+
+
+class _KillWorker:
+    """A job that kills the worker thread itself (as a bug in a job runner would)."""
+
+    def run(self, conn: sqlite3.Connection) -> None:
+        raise SystemExit("worker killed by the test")
+
+    def fail(self, error: BaseException) -> None:
+        pass
+
+
+async def test_a_dead_worker_thread_is_an_error_for_every_later_call_never_a_wait(
+    tmp_path: Path,
+) -> None:
+    from sessions._worker import WorkerStoppedError
+
+    store = await SQLiteStore.open(tmp_path / "a.db", commit_timeout=60)
+    try:
+        session = store.session("s")
+        await session.add_items([msg("1")])
+        await session.commit()
+        store.sqlite._worker.submit(_KillWorker())
+        await session.add_items([msg("2")])
+        # Not bounded by commit_timeout (60 s): the dead thread is detected at once.
+        with pytest.raises(CommitError) as info:
+            await asyncio.wait_for(session.commit(), 5)
+        assert info.value.outcome_known is True
+        assert isinstance(info.value.__cause__, WorkerStoppedError)
+        assert "worker killed by the test" in str(info.value)
+        assert session.pending.items == 1  # nothing lost
+        with pytest.raises(WorkerStoppedError):
+            await asyncio.wait_for(store.sqlite.run(lambda c: 1), 5)
+        await session.rollback()
+    finally:
+        await store.close()
+
+
+async def test_many_commits_in_a_row_on_one_worker(tmp_path: Path) -> None:
+    """The worker survives every kind of job: the aiosqlite 0.22.0 failure mode (the
+    thread died after the first commit, the second waited forever) cannot recur."""
+    store = await SQLiteStore.open(tmp_path / "a.db")
+    try:
+        session = store.session("s")
+        for n in range(50):
+            await session.add_items([msg(str(n))])
+            await asyncio.wait_for(session.commit(), 10)
+            if n % 10 == 0:
+                await asyncio.wait_for(session.pop_item(), 10)
+                await asyncio.wait_for(session.commit(), 10)
+        assert len(await session.get_items()) == 45
+        with pytest.raises(StorageError, match="no such table"):  # a failing job: worker lives
+            await store.sqlite.run(lambda c: c.execute("SELECT * FROM no_such_table"))
+        assert await store.sqlite.run(lambda c: c.execute("SELECT 1").fetchone()[0]) == 1
+    finally:
+        await store.close()
+
+
+async def test_the_worker_thread_ends_when_the_store_closes(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "a.db")
+    thread = store.sqlite._worker._thread
+    assert thread.is_alive() and thread.daemon
+    await store.close()
+    assert not thread.is_alive()
+
+
+# ------------------------------------------------------------------ no argument ignored
+
+
+async def test_sqlite_session_refuses_db_path_or_synchronous_beside_a_store(tmp_path: Path) -> None:
+    store = await SQLiteStore.open(tmp_path / "a.db")
+    try:
+        with pytest.raises(TypeError, match="db_path cannot be combined with store="):
+            SQLiteSession("s", tmp_path / "other.db", store=store)
+        with pytest.raises(TypeError, match="synchronous cannot be combined with store="):
+            SQLiteSession("s", store=store, synchronous="NORMAL")
+        with pytest.raises(TypeError, match="store must be a SQLiteStore, got str"):
+            SQLiteSession("s", store="a.db")  # type: ignore[arg-type]
+        session = SQLiteSession("s", store=store)
+        assert session.store is store
+    finally:
+        await store.close()
+
+
+async def test_sqlite_backend_validates_synchronous_before_it_reaches_a_pragma(
+    tmp_path: Path,
+) -> None:
+    from sessions.sqlite import SQLiteBackend
+
+    with pytest.raises(ValueError, match="synchronous must be"):
+        await SQLiteBackend.open(str(tmp_path / "a.db"), synchronous="OFF; DROP TABLE x")  # type: ignore[arg-type]
+    assert not (tmp_path / "a.db").exists()  # refused before anything was opened

@@ -10,6 +10,7 @@ import pytest
 from sessions import Store
 from tests.conftest import Target
 from tests.contract import raw
+from tests.contract.proxy import install_proxy
 
 
 def msg(text: str) -> dict[str, Any]:
@@ -97,3 +98,63 @@ async def test_pruning_batch_records_keeps_recent_ones(store: Store[Any], sid: s
     await session.add_items([msg("2")])
     await session.commit()
     assert await session.get_items() == [msg("1"), msg("2")]
+
+
+async def _make_stale(target: Target, store: Store[Any], ids: list[str]) -> None:
+    for session_id in ids:
+        session = store.session(session_id)
+        await session.add_items([msg(session_id)])
+        await session.commit()
+    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
+    for session_id in ids:
+        await raw.execute(
+            target,
+            f"UPDATE txs_sessions SET updated_at = {past} "
+            f"WHERE session_id = {raw.param(target, 1)}",
+            session_id,
+        )
+
+
+async def test_purge_keeps_a_session_written_to_after_it_was_listed(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    ids = [f"{sid}-{i}" for i in range(3)]
+    await _make_stale(target, store, ids)
+    proxy = install_proxy(store)
+    listing = proxy.inner.stale_sessions
+
+    async def list_then_write(*args: Any, **kwargs: Any) -> Any:
+        page = await listing(*args, **kwargs)
+        if any(info.session_id == ids[1] for info in page):
+            revived = store.session(ids[1])  # a user comes back between list and delete
+            await revived.add_items([msg("back")])
+            await revived.commit()
+        return page
+
+    proxy.stale_sessions = list_then_write  # type: ignore[attr-defined]
+    gone = await store.purge(timedelta(days=30))
+    assert {i.session_id for i in gone} >= {ids[0], ids[2]}
+    assert ids[1] not in {i.session_id for i in gone}
+    assert await store.session(ids[1]).get_items() == [msg(ids[1]), msg("back")]
+    assert await store.session_info(ids[0]) is None
+
+
+async def test_purge_dry_run_lists_a_page_at_a_time(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    ids = [f"{sid}-{i}" for i in range(5)]
+    await _make_stale(target, store, ids)
+    proxy = install_proxy(store)
+    listing = proxy.inner.stale_sessions
+    limits: list[int] = []
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        limits.append(kwargs["limit"])
+        return await listing(*args, **kwargs)
+
+    proxy.stale_sessions = spy  # type: ignore[attr-defined]
+    would = await store.purge(timedelta(days=30), dry_run=True, page_size=2)
+    assert sorted(i.session_id for i in would if i.session_id.startswith(sid)) == ids
+    assert limits and set(limits) == {2} and len(limits) >= 3
+    for session_id in ids:
+        assert await store.session_info(session_id) is not None
