@@ -1,0 +1,106 @@
+"""The structure docs/architecture.md describes, checked on the source itself."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "sessions"
+MAX_FUNCTION_LINES = 60
+
+
+def _modules() -> dict[str, ast.Module]:
+    out: dict[str, ast.Module] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE.parent).with_suffix("")
+        name = ".".join(relative.parts).removesuffix(".__init__")
+        out[name] = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return out
+
+
+def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> list[str]:
+    """The ``sessions`` modules an ``from ... import ...`` names (typing-only ones too)."""
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        parts = module.split(".")
+        keep = len(parts) - node.level + (1 if is_package else 0)
+        base = ".".join(parts[:keep] + ([node.module] if node.module else []))
+    if not base.startswith("sessions"):
+        return []
+    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+
+
+def _import_graph() -> dict[str, set[str]]:
+    modules = _modules()
+    packages = {name for name in modules if (PACKAGE.parent / name.replace(".", "/")).is_dir()}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, tree in modules.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                targets = _resolve(name, name in packages, node)
+            elif isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for child in sorted(graph[node]):
+            if state.get(child) == 1:
+                return stack[stack.index(child) :] + [child]
+            if child not in state and (found := visit(child)):
+                return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_there_is_no_import_cycle_inside_sessions_typing_imports_included() -> None:
+    graph = _import_graph()
+    # The package's __init__ imports its submodules; a submodule importing `sessions`
+    # itself would be a cycle through it and is caught too.
+    cycle = _find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_a_planted_cycle() -> None:
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def test_nothing_outside_the_commit_path_calls_backend_apply() -> None:
+    callers: list[str] = []
+    for name, tree in _modules().items():
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "apply"
+            ):
+                callers.append(f"{name}:{node.lineno}")
+    assert callers and all(c.startswith("sessions._commit:") for c in callers), callers
+
+
+def test_no_function_in_sessions_is_longer_than_60_lines() -> None:
+    long: list[str] = []
+    for name, tree in _modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, long
