@@ -19,12 +19,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ._shield import DeadlineExceeded, shielded
-from .errors import SessionClosedError, SessionError
+from .errors import SessionClosedError, WrongEventLoopError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["AsyncResource", "Lifecycle", "WrongEventLoopError"]
+__all__ = ["AsyncResource", "Lifecycle"]
 
 logger = logging.getLogger("sessions")
 
@@ -33,10 +33,6 @@ class Lifecycle(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-class WrongEventLoopError(SessionError, RuntimeError):
-    """A session or store was used from an event loop other than the one it belongs to."""
 
 
 def _loop_name(loop: asyncio.AbstractEventLoop) -> str:

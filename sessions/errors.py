@@ -18,6 +18,7 @@ __all__ = [
     "StoreClosedError",
     "TransientStorageError",
     "UncommittedChangesWarning",
+    "WrongEventLoopError",
 ]
 
 
@@ -48,6 +49,14 @@ class SessionClosedError(SessionError, RuntimeError):
 
 class StoreClosedError(SessionClosedError):
     """The store a session is bound to has been closed."""
+
+
+class WrongEventLoopError(SessionError, RuntimeError):
+    """A session or store was used from an event loop other than the one it belongs to.
+
+    asyncio locks, futures and database pools belong to one loop: each thread that runs
+    an event loop of its own needs its own store.
+    """
 
 
 class StorageError(SessionError):
