@@ -13,11 +13,34 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-__all__ = ["AdminBackend", "Backend", "Batch", "Row", "SessionInfo"]
+__all__ = [
+    "AdminBackend",
+    "Backend",
+    "Batch",
+    "Row",
+    "RunStateBackend",
+    "RunStateChange",
+    "SessionInfo",
+]
 
 Row = tuple[int, str]
 """One stored item: ``(key, json_text)``. ``key`` orders a session's items and
 identifies the row for a staged pop; it is opaque to the core."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunStateChange:
+    """A write of the session's saved run state, applied with the batch that carries it.
+
+    ``text`` is the serialized state, or ``None`` to remove it. ``expect_version``: the
+    stored version this change was made against (``0``: no state was ever stored); if the
+    stored version differs, the backend raises :class:`~sessions.errors.ConflictError`
+    and nothing of the batch is applied. ``None`` writes unconditionally. Every change
+    bumps the stored version by one (a removal too: versions are never reused).
+    """
+
+    text: str | None
+    expect_version: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +51,28 @@ class Batch:
     ``pops`` deletes exactly these rows (all must still exist, otherwise the backend
     raises :class:`~sessions.errors.ConflictError`); then ``items`` are appended,
     contiguous and in order, after every item already stored.
+
+    Two optional conditions and one optional write, used by the SDK flows:
+
+    * ``tail``: the key of the newest stored item when the batch was prepared (a
+      replacement of the end of the history). If any item other than this batch's own
+      is stored with a greater key once the batch is applied, the backend raises
+      :class:`~sessions.errors.ConflictError` and nothing is applied.
+    * ``run_state``: a :class:`RunStateChange`, applied in the same transaction (only
+      backends implementing :class:`RunStateBackend` are given one).
     """
 
     batch_id: str
     clear: bool
     pops: tuple[int, ...]
     items: tuple[str, ...]
+    tail: int | None = None
+    run_state: RunStateChange | None = None
+
+    @property
+    def plain(self) -> bool:
+        """Neither condition nor run-state write: only ``clear``, ``pops`` and ``items``."""
+        return self.tail is None and self.run_state is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +114,17 @@ class Backend(Protocol):
 
     async def close(self) -> None:
         """Release the backend's resources. Idempotent."""
+        ...
+
+
+@runtime_checkable
+class RunStateBackend(Protocol):
+    """A backend that stores one run state per session (tool approvals that wait for a
+    human), written by :attr:`Batch.run_state` in the same transaction as the items."""
+
+    async def load_run_state(self, session_id: str) -> tuple[str | None, int]:
+        """``(text, version)``: the stored state (``None`` if none) and its version
+        (``0`` if no state was ever stored for the session)."""
         ...
 
 

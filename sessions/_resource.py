@@ -24,7 +24,7 @@ from .errors import SessionClosedError, WrongEventLoopError
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["AsyncResource", "Lifecycle"]
+__all__ = ["AsyncResource", "Lifecycle", "loop_name"]
 
 logger = logging.getLogger("sessions")
 
@@ -35,7 +35,7 @@ class Lifecycle(enum.Enum):
     CLOSED = "closed"
 
 
-def _loop_name(loop: asyncio.AbstractEventLoop) -> str:
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     return f"{type(loop).__name__} at {id(loop):#x}"
 
 
@@ -86,8 +86,8 @@ class AsyncResource:
             self._loop = loop
         elif self._loop is not loop:
             raise WrongEventLoopError(
-                f"{operation}() on {self._describe()} from event loop {_loop_name(loop)}, but "
-                f"it belongs to event loop {_loop_name(self._loop)} (each thread with its "
+                f"{operation}() on {self._describe()} from event loop {loop_name(loop)}, but "
+                f"it belongs to event loop {loop_name(self._loop)} (each thread with its "
                 "own event loop needs its own store)"
             )
 

@@ -16,16 +16,27 @@ After a commit attempt: applied stages are dropped; stages whose attempt failed 
 known outcome go back to ``OPEN``; adjacent ``OPEN`` stages are merged (the earlier
 absorbs the later and keeps its id), so a session that failed to commit three times
 still sends one batch.
+
+Besides items, pops and clears, a stage may carry a replacement of the end of the
+history (pops plus a ``tail`` condition, see :attr:`sessions.Batch.tail`) and a write
+of the session's run state. Run-state writes are checked against the version this
+session last saw (``run_state_version``), assigned when the batches are sealed.
+
+Every method is atomic with respect to other threads (one ``threading.Lock``): a
+session object may be shared by threads that each run an event loop of their own.
 """
 
 from __future__ import annotations
 
 import enum
+import threading
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from functools import wraps
+from typing import Any, TypeVar, cast
 
-from ._backend import Batch
+from ._backend import Batch, RunStateChange
 
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
 
@@ -48,45 +59,81 @@ class PendingChanges:
     """How many staged items ``add_items()`` appends at commit."""
     batches: int
     """How many batches are queued (more than one only after a failed commit)."""
+    run_state: bool = False
+    """A staged ``stage_run_state()`` or ``discard_run_state()``."""
 
     def __bool__(self) -> bool:
-        return self.clear or self.pops > 0 or self.items > 0
+        return self.clear or self.pops > 0 or self.items > 0 or self.run_state
+
+
+#: A stage's run-state write: ``(text,)`` (``(None,)`` removes it); ``None``: no write.
+RunStateWrite = tuple[str | None]
 
 
 class Stage:
     """One batch in the making."""
 
-    __slots__ = ("batch_id", "clear", "items", "pops", "state")
+    __slots__ = ("batch_id", "clear", "items", "pops", "run_state", "state", "tail")
 
     def __init__(self) -> None:
         self.batch_id = uuid.uuid4().hex
         self.clear = False
         self.pops: list[int] = []
         self.items: list[str] = []
+        self.tail: int | None = None
+        self.run_state: RunStateWrite | None = None
         self.state = StageState.OPEN
 
     def empty(self) -> bool:
-        return not (self.clear or self.pops or self.items)
+        return not (self.clear or self.pops or self.items or self.run_state)
 
-    def freeze(self) -> Batch:
-        return Batch(self.batch_id, self.clear, tuple(self.pops), tuple(self.items))
+    def freeze(self, expect_version: int | None) -> Batch:
+        change = None
+        if self.run_state is not None:
+            change = RunStateChange(self.run_state[0], expect_version)
+        tail = None if self.clear else self.tail
+        return Batch(self.batch_id, self.clear, tuple(self.pops), tuple(self.items), tail, change)
 
     def absorb(self, later: Stage) -> None:
         """Fold a later ``OPEN`` stage into this ``OPEN`` one (both never applied)."""
         if later.clear:
             self.clear, self.pops, self.items = True, [], list(later.items)
+            self.tail = None
         else:
             self.pops.extend(later.pops)
             self.items.extend(later.items)
+            # Rows this batch appends are its own, so an earlier condition still holds.
+            if self.tail is None:
+                self.tail = later.tail
+        if later.run_state is not None:
+            self.run_state = later.run_state
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _atomic(method: F) -> F:
+    """Run the method holding the staging's thread lock."""
+
+    @wraps(method)
+    def locked(self: Staging, *args: Any, **kwargs: Any) -> Any:
+        with self._mutex:
+            return method(self, *args, **kwargs)
+
+    return cast(F, locked)
 
 
 class Staging:
     """The staged changes of one session, oldest stage first."""
 
-    __slots__ = ("_stages",)
+    __slots__ = ("_mutex", "_stages", "run_state_version")
 
     def __init__(self) -> None:
         self._stages: list[Stage] = []
+        self._mutex = threading.RLock()
+        #: The stored run-state version this session last read or wrote (``None``: it
+        #: never read one, so run-state writes are unconditional).
+        self.run_state_version: int | None = None
 
     # ------------------------------------------------------------------ writes
 
@@ -95,16 +142,19 @@ class Staging:
             self._stages.append(Stage())
         return self._stages[-1]
 
+    @_atomic
     def add(self, texts: list[str]) -> None:
         """Stage encoded items (appended at commit, in order)."""
         if texts:
             self._writable().items.extend(texts)
 
+    @_atomic
     def clear(self) -> None:
         """Stage the removal of all stored history and of everything staged before."""
         stage = self._writable()
-        stage.clear, stage.pops, stage.items = True, [], []
+        stage.clear, stage.pops, stage.items, stage.tail = True, [], [], None
 
+    @_atomic
     def pop_staged(self) -> tuple[bool, str | None]:
         """Pop the newest staged item if there is one.
 
@@ -117,18 +167,45 @@ class Staging:
             return True, stage.items.pop()
         return stage.clear, None
 
+    @_atomic
     def pop_stored(self, key: int) -> None:
         """Stage the removal of the stored row ``key``."""
         self._writable().pops.append(key)
 
+    @_atomic
     def forget_pop(self, key: int) -> None:
         """Un-stage the removal of ``key`` (another writer removed it first)."""
         for stage in self._stages:
             if key in stage.pops:
                 stage.pops.remove(key)
 
+    @_atomic
+    def replace_tail(self, keep: int, pops: list[int], tail: int | None, texts: list[str]) -> None:
+        """Replace the end of the history: keep the first ``keep`` staged items, stage
+        the removal of the stored rows ``pops`` (checked against ``tail`` at commit,
+        see :attr:`sessions.Batch.tail`), then append ``texts``.
+
+        Only with nothing in doubt (no commit in flight or of unknown outcome), when
+        every staged change sits in one stage: the caller holds the session lock and
+        has settled.
+        """
+        live = [stage for stage in self._stages if not stage.empty()]
+        if self.in_doubt() or len(live) > 1:
+            raise RuntimeError("replace_tail(): staged changes span several batches")
+        stage = live[0] if live else self._writable()
+        stage.items = stage.items[:keep] + texts
+        stage.pops.extend(pops)
+        if tail is not None:
+            stage.tail = tail if stage.tail is None else min(stage.tail, tail)
+
+    @_atomic
+    def set_run_state(self, text: str | None) -> None:
+        """Stage a write (``None``: a removal) of the session's run state."""
+        self._writable().run_state = (text,)
+
     # ------------------------------------------------------------------ reads
 
+    @_atomic
     def view(self) -> tuple[bool, set[int], list[str]]:
         """``(clear, popped_keys, items)``: how staging changes the stored history."""
         clear = False
@@ -141,6 +218,15 @@ class Staging:
             items.extend(stage.items)
         return clear, pops, items
 
+    @_atomic
+    def run_state_view(self) -> RunStateWrite | None:
+        """The newest staged run-state write, or ``None`` when none is staged."""
+        for stage in reversed(self._stages):
+            if stage.run_state is not None:
+                return stage.run_state
+        return None
+
+    @_atomic
     def pending(self) -> PendingChanges:
         clear, pops, items = self.view()
         return PendingChanges(
@@ -148,33 +234,51 @@ class Staging:
             pops=len(pops),
             items=len(items),
             batches=sum(1 for stage in self._stages if not stage.empty()),
+            run_state=any(stage.run_state is not None for stage in self._stages),
         )
 
+    @_atomic
     def __bool__(self) -> bool:
         """``True`` when anything is staged (whatever its state)."""
         return any(not stage.empty() for stage in self._stages)
 
+    @_atomic
     def in_doubt(self) -> bool:
         """``True`` when a stage is being sent or has an unknown outcome."""
         return any(stage.state is not StageState.OPEN for stage in self._stages)
 
     # ------------------------------------------------------------------ commit protocol
 
+    @_atomic
     def seal(self) -> list[Batch]:
         """Mark every non-empty stage ``SENT`` and return their batches, in order.
 
         ``UNKNOWN`` stages are sent again with their ids: a backend skips what it has
-        already applied, so resending settles them either way.
+        already applied, so resending settles them either way. A run-state write is
+        checked against the version the previous one leads to.
         """
         self._stages = [stage for stage in self._stages if not stage.empty()]
+        batches: list[Batch] = []
+        version = self.run_state_version
         for stage in self._stages:
             stage.state = StageState.SENT
-        return [stage.freeze() for stage in self._stages]
+            batches.append(stage.freeze(version))
+            if stage.run_state is not None and version is not None:
+                version += 1
+        return batches
 
+    @_atomic
     def applied(self, batch_ids: Collection[str]) -> None:
         """Drop the stages whose batches are known to be applied."""
-        self._stages = [stage for stage in self._stages if stage.batch_id not in batch_ids]
+        kept: list[Stage] = []
+        for stage in self._stages:
+            if stage.batch_id not in batch_ids:
+                kept.append(stage)
+            elif stage.run_state is not None and self.run_state_version is not None:
+                self.run_state_version += 1
+        self._stages = kept
 
+    @_atomic
     def failed(self, *, known: bool) -> None:
         """The commit attempt of the ``SENT`` stages failed; ``known``: nothing applied."""
         for stage in self._stages:
@@ -182,10 +286,12 @@ class Staging:
                 stage.state = StageState.OPEN if known else StageState.UNKNOWN
         self._merge()
 
+    @_atomic
     def unresolved(self) -> list[str]:
         """Ids of the ``UNKNOWN`` stages, to ask the database about."""
         return [stage.batch_id for stage in self._stages if stage.state is StageState.UNKNOWN]
 
+    @_atomic
     def resolve(self, applied: Collection[str]) -> None:
         """The database answered: drop applied ``UNKNOWN`` stages, reopen the rest."""
         self.applied(applied)
@@ -194,9 +300,12 @@ class Staging:
                 stage.state = StageState.OPEN
         self._merge()
 
+    @_atomic
     def discard(self) -> bool:
         """Drop everything staged; ``True`` if a dropped stage may already be applied."""
         doubtful = self.in_doubt()
+        if doubtful and any(stage.run_state is not None for stage in self._stages):
+            self.run_state_version = None  # it may have moved on: read it again
         self._stages = []
         return doubtful
 

@@ -81,6 +81,18 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " PRIMARY KEY (session_id, batch_id))",
         ),
     ),
+    (
+        2,
+        (
+            # One saved run state per session (tool approvals waiting for a human). The
+            # row outlives a removal (data NULL) so that versions are never reused.
+            "CREATE TABLE IF NOT EXISTS {run_states} ("
+            ' session_id text COLLATE "C" PRIMARY KEY,'
+            " version bigint NOT NULL,"
+            " data text,"
+            " updated_at timestamptz NOT NULL)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -214,6 +226,7 @@ class _Names:
             sessions=self.table("sessions"),
             items=self.table("items"),
             batches=self.table("batches"),
+            run_states=self.table("run_states"),
             version=self.table("schema_version"),
             prefix=self.prefix,
         )
@@ -263,6 +276,41 @@ class _Sql:
                 s(_SQL_DELETE_BATCHES),
                 s(_SQL_DELETE_SESSION),
             ),
+        )
+
+
+# The optional parts of a batch (Batch.tail, Batch.run_state), inside the general
+# commit's transaction, after the batch statement and only if it recorded the batch.
+_SQL_NEWER = (
+    "SELECT EXISTS (SELECT 1 FROM {items} WHERE session_id = $1 AND seq > $2 AND batch_id <> $3)"
+)
+_SQL_RUN_STATE_VERSION = "SELECT version FROM {run_states} WHERE session_id = $1"
+_SQL_RUN_STATE_WRITE = (
+    "INSERT INTO {run_states} (session_id, version, data, updated_at) "
+    "VALUES ($1, $2, $3, now()) ON CONFLICT (session_id) DO UPDATE SET "
+    "version = excluded.version, data = excluded.data, updated_at = excluded.updated_at"
+)
+_SQL_RUN_STATE_LOAD = "SELECT data, version FROM {run_states} WHERE session_id = $1"
+_SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
+
+
+@dataclass(frozen=True)
+class _ExtraSql:
+    newer: str
+    run_state_version: str
+    run_state_write: str
+    run_state_load: str
+    run_state_delete: str
+
+    @classmethod
+    def build(cls, names: _Names) -> _ExtraSql:
+        s = names.sql
+        return cls(
+            newer=s(_SQL_NEWER),
+            run_state_version=s(_SQL_RUN_STATE_VERSION),
+            run_state_write=s(_SQL_RUN_STATE_WRITE),
+            run_state_load=s(_SQL_RUN_STATE_LOAD),
+            run_state_delete=s(_SQL_RUN_STATE_DELETE),
         )
 
 
@@ -334,6 +382,7 @@ class PostgresBackend:
     ) -> None:
         self._names = _Names(*_validate_names(schema, table_prefix))
         self._sql = _Sql.build(self._names)
+        self._extra_sql = _ExtraSql.build(self._names)
         self._pool: Any = pool
         self._owns_pool = owns_pool
         self._close_timeout = close_timeout
@@ -445,7 +494,7 @@ class PostgresBackend:
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
         if not batches:
             return
-        if len(batches) == 1 and not batches[0].clear and not batches[0].pops:
+        if len(batches) == 1 and not batches[0].clear and not batches[0].pops and batches[0].plain:
             await self._run(
                 "commit", lambda conn, phase: self._append(conn, phase, session_id, batches[0])
             )
@@ -479,8 +528,37 @@ class PostgresBackend:
                     f"session {session_id!r}: {len(batch.pops) - removed} of "
                     f"{len(batch.pops)} popped item(s) were already removed by another writer"
                 )
+            if recorded and not batch.plain:
+                await self._apply_extras(conn, session_id, batch)
         phase.commit_sent = True
         await conn.execute("COMMIT")
+
+    async def _apply_extras(self, conn: Any, session_id: str, batch: Batch) -> None:
+        """A batch's condition on the tail and its run-state write (see :class:`Batch`).
+
+        Runs after the batch statement, in its transaction, which holds the session row
+        lock: no other commit of this session can interleave.
+        """
+        sql = self._extra_sql
+        if batch.tail is not None:
+            if await conn.fetchval(sql.newer, session_id, batch.tail, batch.batch_id):
+                raise ConflictError(
+                    f"session {session_id!r}: items were stored after the end of the "
+                    "history this replacement was prepared against"
+                )
+        change = batch.run_state
+        if change is not None:
+            current = await conn.fetchval(sql.run_state_version, session_id) or 0
+            if change.expect_version is not None and change.expect_version != current:
+                raise ConflictError(
+                    f"session {session_id!r}: the saved run state is at version {current}, "
+                    f"not {change.expect_version} as when it was read"
+                )
+            await conn.execute(sql.run_state_write, session_id, current + 1, change.text)
+
+    async def load_run_state(self, session_id: str) -> tuple[str | None, int]:
+        rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
+        return (None, 0) if not rows else (rows[0][0], int(rows[0][1]))
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         """Which of ``batch_ids`` are committed, waiting for any commit still in flight.
@@ -590,6 +668,7 @@ class PostgresBackend:
                 return False
             await conn.execute(items, session_id)
             await conn.execute(batches, session_id)
+            await conn.execute(self._extra_sql.run_state_delete, session_id)
             await conn.execute(session, session_id)
             phase.commit_sent = True
             await conn.execute("COMMIT")
@@ -894,7 +973,8 @@ class PostgresSession(BufferedSession):
 
     ``PostgresSession(session_id, dsn)`` opens a small pool of its own on first use and
     closes it in :meth:`close`: fine for scripts, not for servers (one pool per
-    session). Servers share one :class:`PostgresStore` and call
+    session). Threads that each run an event loop of their own may share it: each loop
+    gets a pool of its own (``docs/threads.md``). Servers share one :class:`PostgresStore` and call
     ``store.session(session_id)`` (or pass ``store=``, which is borrowed, not closed;
     then ``dsn``, ``schema`` and ``table_prefix`` belong to the store and may not be given).
     """

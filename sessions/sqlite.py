@@ -68,6 +68,19 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ") WITHOUT ROWID",
         ),
     ),
+    (
+        2,
+        (
+            # One saved run state per session (tool approvals waiting for a human). The
+            # row outlives a removal (data NULL) so that versions are never reused.
+            "CREATE TABLE IF NOT EXISTS txs_run_states ("
+            " session_id TEXT PRIMARY KEY,"
+            " version INTEGER NOT NULL,"
+            " data TEXT,"
+            " updated_at REAL NOT NULL"
+            ") WITHOUT ROWID",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -129,6 +142,43 @@ def _apply_batches(
                     for i, text in enumerate(batch.items)
                 ],
             )
+        if not batch.plain:
+            _apply_extras(conn, session_id, batch, now)
+
+
+_SQL_NEWER = "SELECT 1 FROM txs_items WHERE session_id = ? AND seq > ? AND batch_id <> ? LIMIT 1"
+_SQL_RUN_STATE_VERSION = "SELECT version FROM txs_run_states WHERE session_id = ?"
+_SQL_RUN_STATE_WRITE = (
+    "INSERT INTO txs_run_states (session_id, version, data, updated_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (session_id) DO UPDATE SET version = excluded.version, "
+    "data = excluded.data, updated_at = excluded.updated_at"
+)
+_SQL_RUN_STATE_LOAD = "SELECT data, version FROM txs_run_states WHERE session_id = ?"
+
+
+def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: float) -> None:
+    """A batch's condition on the tail and its run-state write (see :class:`Batch`)."""
+    if batch.tail is not None:
+        if conn.execute(_SQL_NEWER, (session_id, batch.tail, batch.batch_id)).fetchone():
+            raise ConflictError(
+                f"session {session_id!r}: items were stored after the end of the history "
+                "this replacement was prepared against"
+            )
+    change = batch.run_state
+    if change is not None:
+        row = conn.execute(_SQL_RUN_STATE_VERSION, (session_id,)).fetchone()
+        current = 0 if row is None else row[0]
+        if change.expect_version is not None and change.expect_version != current:
+            raise ConflictError(
+                f"session {session_id!r}: the saved run state is at version {current}, "
+                f"not {change.expect_version} as when it was read"
+            )
+        conn.execute(_SQL_RUN_STATE_WRITE, (session_id, current + 1, change.text, now))
+
+
+def _load_run_state(conn: sqlite3.Connection, session_id: str) -> tuple[str | None, int]:
+    row = conn.execute(_SQL_RUN_STATE_LOAD, (session_id,)).fetchone()
+    return (None, 0) if row is None else (row[0], row[1])
 
 
 def _apply(conn: sqlite3.Connection, session_id: str, batches: Sequence[Batch]) -> None:
@@ -304,6 +354,7 @@ def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | Non
                 return False
         conn.execute("DELETE FROM txs_items WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM txs_run_states WHERE session_id = ?", (session_id,))
         existed = (
             conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)).rowcount
             > 0
@@ -399,6 +450,9 @@ class SQLiteBackend:
         if not batch_ids:
             return set()
         return await self._run("read", _applied, session_id, list(batch_ids))
+
+    async def load_run_state(self, session_id: str) -> tuple[str | None, int]:
+        return await self._run("read", _load_run_state, session_id)
 
     async def close(self) -> None:
         """Run what is queued, then close the connection and end the worker thread."""
@@ -545,7 +599,8 @@ class SQLiteSession(BufferedSession):
     """A buffered session stored in SQLite.
 
     ``SQLiteSession(session_id, "chat.db")`` opens its own connection on first use and
-    closes it in :meth:`close`; fine for scripts. ``db_path`` defaults to a private
+    closes it in :meth:`close`; fine for scripts. Threads that each run an event loop of
+    their own may share it: each loop gets a connection of its own (``docs/threads.md``). ``db_path`` defaults to a private
     in-memory database. Servers should share one :class:`SQLiteStore` and call
     ``store.session(session_id)`` (or pass ``store=``, which is borrowed: then
     ``db_path`` and ``synchronous`` belong to the store and may not be given).
@@ -587,4 +642,7 @@ class SQLiteSession(BufferedSession):
         async def factory() -> Store[Any]:
             return await SQLiteStore.open(path, synchronous=sync, commit_timeout=store_timeout)
 
-        super().__init__(session_id, store_factory=factory, **options)
+        # Each event loop using the session gets a store (connection) of its own on the
+        # same file; a private in-memory database cannot be shared that way.
+        single = "its private in-memory database" if path == ":memory:" else None
+        super().__init__(session_id, store_factory=factory, single_loop=single, **options)
