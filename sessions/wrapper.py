@@ -13,24 +13,31 @@ never torn by a cancellation of its caller; but a commit is as many calls on the
 session as there are operations in it, so a *failure* of the wrapped session in the
 middle of a commit can leave part of it applied (the error then says so).
 
+Where the wrapped session offers the SDK's own one-step replacement hooks (see
+:mod:`sessions._sdk`; the SDK's ``SQLiteSession`` does from openai-agents 0.23), a commit
+that pops and adds, or clears and adds, is applied through them: one step, atomic.
+
+The run context the SDK passes (``wrapper=``) is handed on to a wrapped session whose
+methods take it: with a read at once, with the writes when they are applied.
+
 The wrapper never closes the wrapped session: the caller owns it.
 """
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+import contextvars
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
+from . import _sdk
 from ._backend import Batch, Row
 from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._serde import decode_item, encode_item
 from ._session import BufferedSession
 from ._store import Store
 from .errors import ConflictError, InvalidItemError, SessionError, StorageError
-
-if TYPE_CHECKING:
-    from agents.memory.session_settings import SessionSettings
 
 __all__ = ["InnerSession", "InnerSessionWriteError", "TransactionalSession"]
 
@@ -42,6 +49,15 @@ _UNREADABLE = "\x00unreadable"
 
 # Row keys are ``generation * _SPAN - n`` for the n-th newest item (n >= 1).
 _SPAN = 1 << 40
+
+# "Every item" as an explicit limit, for wrapped sessions whose limit=None means "their
+# session_settings.limit" (the SDK's sessions).
+_ALL = 2_147_483_647
+
+# The run context of the get_items() call being served (a read is not staged).
+_READ_CONTEXT: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "sessions_wrapper_read_context", default=None
+)
 
 
 class InnerSession(Protocol):
@@ -75,11 +91,19 @@ class InnerSessionWriteError(RuntimeError):
         self.done = done
 
 
-async def _call(fn: Any, *args: Any) -> Any:
-    result = fn(*args)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
+def _own_limit(inner: object) -> Any:
+    """The wrapped session's default ``limit`` (``None``: it returns everything)."""
+    return getattr(getattr(inner, "session_settings", None), "limit", None)
+
+
+@dataclass
+class _Progress:
+    """What one ``apply`` call has done to the wrapped session so far."""
+
+    touched: bool
+    """Anything of the call may be in the wrapped session: a failure's outcome is unknown."""
+    done: list[str] = field(default_factory=list)
+    """The calls that returned, for the error message."""
 
 
 def _check_inner(inner: object) -> None:
@@ -119,6 +143,8 @@ class _InnerBackend:
         self._generation = 0
         # batches this adapter has seen applied in full but the core has not yet dropped
         self._done: set[str] = set()
+        #: The run context of the latest write staged with one (handed on with writes).
+        self.context: Any = None
 
     def _check(self, session_id: str) -> None:
         if session_id != self._session_id:
@@ -127,9 +153,16 @@ class _InnerBackend:
                 f"not {session_id!r}"
             )
 
+    def _call(self, method: Any, *args: Any, context: Any = None) -> Any:
+        """``method(*args)`` on the wrapped session, with the run context if it takes one."""
+        return _sdk.call_session_method(
+            method, *args, context=self.context if context is None else context
+        )
+
     async def _read(self, limit: int | None) -> list[Any]:
+        ask = _ALL if limit is None and _own_limit(self._inner) is not None else limit
         try:
-            items = await _call(self._inner.get_items, limit)
+            items = await self._call(self._inner.get_items, ask, context=_READ_CONTEXT.get())
         except Exception as exc:  # noqa: BLE001 - reported as a StorageError naming it
             raise StorageError(
                 f"get_items({limit!r}) of the wrapped {type(self._inner).__name__} "
@@ -162,7 +195,8 @@ class _InnerBackend:
         self._seen.update(rows)
         return rows
 
-    async def _check_pops(self, pops: tuple[int, ...]) -> None:
+    def _wanted(self, pops: tuple[int, ...]) -> list[int]:
+        """The keys of the ``len(pops)`` newest items, which ``pops`` must be."""
         k = len(pops)
         base = self._generation * _SPAN
         if any(not base - _SPAN < key < base for key in pops):
@@ -178,70 +212,164 @@ class _InnerBackend:
                 "items of the wrapped session, and pop_item() can only remove the newest "
                 "(an unreadable item at the end of the history causes this)"
             )
-        current = await self._read(k)
+        return wanted
+
+    def _compare(self, wanted: list[int], current: list[Any]) -> None:
+        """Conflict unless ``current`` (the newest items now) is what was read as ``wanted``."""
         expected = [self._seen.get(key) for key in wanted]
-        if len(current) != k or any(
+        if len(current) != len(wanted) or any(
             text is None or text == _UNREADABLE or decode_item(text) != item
             for text, item in zip(expected, current, strict=False)
         ):
             raise ConflictError(
-                f"session {self._session_id!r}: the {k} newest item(s) of the wrapped "
-                f"{type(self._inner).__name__} changed since they were read (another "
-                "writer?); nothing was popped"
+                f"session {self._session_id!r}: the {len(wanted)} newest item(s) of the "
+                f"wrapped {type(self._inner).__name__} changed since they were read "
+                "(another writer?); nothing was popped"
+            )
+
+    def _check_tail(self, batch: Batch) -> None:
+        """Every item read after ``batch.tail`` must be popped by the batch."""
+        assert batch.tail is not None
+        base = self._generation * _SPAN
+        newer = base - 1 - batch.tail
+        if not base - _SPAN < batch.tail < base or newer > len(batch.pops):
+            newer = -1
+        popped = set(batch.pops)
+        if newer < 0 or any(key not in popped for key in range(batch.tail + 1, base)):
+            raise ConflictError(
+                f"session {self._session_id!r}: the end of the wrapped session's history "
+                "changed since the replacement was prepared"
             )
 
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
         self._check(session_id)
-        inner = self._inner
-        done: list[str] = []  # what returned, for the error message
-        # True once anything of this call may be in the wrapped session: from then on a
-        # failure has an unknown outcome (the core then asks applied() what to drop).
-        touched = any(batch.batch_id in self._done for batch in batches)
+        # touched: once anything of this call may be in the wrapped session, a failure
+        # has an unknown outcome (the core then asks applied() what to drop).
+        progress = _Progress(touched=any(batch.batch_id in self._done for batch in batches))
         try:
             for batch in batches:
-                if batch.batch_id in self._done:
-                    continue
-                if batch.clear:
-                    touched = True
-                    await _call(inner.clear_session)
-                    done.append("clear_session()")
-                elif batch.pops:
-                    await self._check_pops(batch.pops)
-                    touched = True
-                    for n in range(1, len(batch.pops) + 1):
-                        if await _call(inner.pop_item) is None:
-                            raise ConflictError(
-                                f"pop_item() {n} of {len(batch.pops)} found the wrapped "
-                                "session empty (another writer?)"
-                            )
-                        done.append("pop_item()")
-                if batch.items:
-                    touched = True
-                    await _call(inner.add_items, [decode_item(text) for text in batch.items])
-                    done.append(f"add_items({len(batch.items)} item(s))")
-                self._done.add(batch.batch_id)
+                if batch.batch_id not in self._done:
+                    await self._apply_one(batch, progress)
+                    self._done.add(batch.batch_id)
         except BaseException as exc:
-            if touched:
+            if progress.touched:
                 self._changed()
-            if not touched and isinstance(exc, StorageError):
-                raise  # nothing reached the wrapped session
-            if not touched and isinstance(exc, Exception):
-                raise StorageError(
-                    f"the wrapped {type(inner).__name__} failed before anything was "
-                    f"written: {type(exc).__name__}: {exc}"
-                ) from exc
-            if not isinstance(exc, Exception):
-                raise  # CancelledError & co: the core records an unknown outcome
-            raise InnerSessionWriteError(
-                f"the wrapped {type(inner).__name__} {session_id!r} failed during commit "
-                f"with {type(exc).__name__}: {exc}; already done: "
-                f"{', '.join(done) or 'nothing that returned'}. It cannot tell what it "
-                "applied, so committing again may repeat part of it: check "
-                ".inner.get_items() and rollback() if the changes are there",
-                done=tuple(done),
-            ) from exc
+            error = self._failure(exc, progress)
+            if error is exc:
+                raise
+            raise error from exc
         self._changed()
         self._done.clear()  # the core drops every batch it passed us
+
+    async def _apply_one(self, batch: Batch, progress: _Progress) -> None:
+        inner = self._inner
+        if batch.run_state is not None:
+            raise StorageError("a TransactionalSession cannot store run states")
+        if batch.tail is not None:
+            self._check_tail(batch)
+        if batch.clear:
+            if batch.items and await self._replace_all(batch, progress):
+                return
+            progress.touched = True
+            await self._call(inner.clear_session)
+            progress.done.append("clear_session()")
+        elif batch.pops:
+            if await self._replace_tail(batch, progress):
+                return
+            wanted = self._wanted(batch.pops)
+            self._compare(wanted, await self._read(len(wanted)))
+            progress.touched = True
+            for n in range(1, len(batch.pops) + 1):
+                if await self._call(inner.pop_item) is None:
+                    raise ConflictError(
+                        f"pop_item() {n} of {len(batch.pops)} found the wrapped "
+                        "session empty (another writer?)"
+                    )
+                progress.done.append("pop_item()")
+        if batch.items:
+            progress.touched = True
+            await self._call(inner.add_items, [decode_item(text) for text in batch.items])
+            progress.done.append(f"add_items({len(batch.items)} item(s))")
+
+    async def _replace_tail(self, batch: Batch, progress: _Progress) -> bool:
+        """Pops and items in one step, through the wrapped session's own snapshot hook.
+
+        ``False`` when it has none or declines (then pops and adds are separate calls).
+        """
+        hook = _sdk.snapshot_hook(self._inner)
+        if hook is None:
+            return False
+        wanted = self._wanted(batch.pops)
+        snapshot = await hook(len(wanted))
+        if snapshot is None:
+            return False
+        current = list(snapshot.items)
+        self._compare(wanted, current[max(0, len(current) - len(wanted)) :])
+        items = [decode_item(text) for text in batch.items]
+        await self._replace(snapshot, len(current) - len(wanted), items, progress)
+        progress.done.append(
+            f"replace the newest {len(wanted)} item(s) with {len(items)} (one step)"
+        )
+        return True
+
+    async def _replace_all(self, batch: Batch, progress: _Progress) -> bool:
+        """Clear and add in one step, through the wrapped session's own hooks."""
+        inner = self._inner
+        items = [decode_item(text) for text in batch.items]
+        atomic = _sdk.atomic_replace_hook(inner)
+        if atomic is not None:
+            try:
+                replaced = await atomic(inner, items)
+            except BaseException:
+                progress.touched = True
+                raise
+            if replaced:
+                progress.touched = True
+                progress.done.append(f"replace the history with {len(items)} item(s) (one step)")
+                return True
+        hook = _sdk.snapshot_hook(inner)
+        snapshot = None if hook is None else await hook(_ALL)
+        if snapshot is None or not snapshot.complete or not snapshot.items:
+            return False
+        await self._replace(snapshot, 0, items, progress)
+        progress.done.append(f"replace the history with {len(items)} item(s) (one step)")
+        return True
+
+    async def _replace(
+        self, snapshot: Any, start: int, items: list[Any], progress: _Progress
+    ) -> None:
+        try:
+            replaced = await snapshot.replace_suffix(start, items)
+        except BaseException:
+            progress.touched = True
+            raise
+        if not replaced:
+            raise ConflictError(
+                f"session {self._session_id!r}: the wrapped {type(self._inner).__name__} "
+                "changed while the replacement was being applied; nothing was replaced"
+            )
+        progress.touched = True
+
+    def _failure(self, exc: BaseException, progress: _Progress) -> BaseException:
+        """What ``apply`` raises for ``exc`` (``exc`` itself to re-raise it as is)."""
+        inner = self._inner
+        if not progress.touched and isinstance(exc, StorageError):
+            return exc  # nothing reached the wrapped session
+        if not progress.touched and isinstance(exc, Exception):
+            return StorageError(
+                f"the wrapped {type(inner).__name__} failed before anything was "
+                f"written: {type(exc).__name__}: {exc}"
+            )
+        if not isinstance(exc, Exception):
+            return exc  # CancelledError & co: the core records an unknown outcome
+        return InnerSessionWriteError(
+            f"the wrapped {type(inner).__name__} {self._session_id!r} failed during commit "
+            f"with {type(exc).__name__}: {exc}; already done: "
+            f"{', '.join(progress.done) or 'nothing that returned'}. It cannot tell what it "
+            "applied, so committing again may repeat part of it: check "
+            ".inner.get_items() and rollback() if the changes are there",
+            done=tuple(progress.done),
+        )
 
     def _changed(self) -> None:
         """The wrapped session may have changed: earlier reads no longer locate items."""
@@ -285,11 +413,17 @@ class TransactionalSession(BufferedSession):
     """Buffer any Agents SDK session: stage writes in memory, apply them at ``commit()``.
 
     ``TransactionalSession(inner)`` takes ``session_id`` from ``inner`` and, unless
-    ``session_settings`` is given, its ``session_settings`` too. Reads see the wrapped
-    session's history followed by the staged changes; ``add_items`` never suspends
-    (unless ``autocommit``); ``commit()`` applies the staged ``clear_session()``, pops
-    and ``add_items()`` to ``inner`` in order, shielded from cancellation of its caller
-    for at most ``commit_timeout`` seconds.
+    ``session_settings`` is given, a copy of its ``session_settings`` too
+    (``SessionSettings()`` if it has none). Reads see the wrapped session's history
+    followed by the staged changes; ``add_items`` never suspends (unless ``autocommit``);
+    ``commit()`` applies the staged ``clear_session()``, pops and ``add_items()`` to
+    ``inner`` in order, shielded from cancellation of its caller for at most
+    ``commit_timeout`` seconds.
+
+    The run context (``wrapper=``) given to a read is handed on to ``inner.get_items``;
+    the one given to the latest write is handed on to every call a commit makes on
+    ``inner`` (when its methods take one). Run states (``stage_run_state``) cannot be
+    stored: ``inner`` has no place for them.
 
     ``close()`` closes the wrapper only, never ``inner``: the caller owns it.
     """
@@ -299,17 +433,18 @@ class TransactionalSession(BufferedSession):
         inner: InnerSession,
         *,
         autocommit: bool = False,
-        session_settings: SessionSettings | None = None,
+        session_settings: Any = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
     ) -> None:
         _check_inner(inner)
         session_id = inner.session_id
         if session_settings is None:
-            session_settings = getattr(inner, "session_settings", None)
+            session_settings = _copy_settings(getattr(inner, "session_settings", None))
         self._inner = inner
+        self._adapter = _InnerBackend(inner, session_id)
         super().__init__(
             session_id,
-            store=_InnerStore(_InnerBackend(inner, session_id), commit_timeout),
+            store=_InnerStore(self._adapter, commit_timeout),
             autocommit=autocommit,
             session_settings=session_settings,
         )
@@ -318,3 +453,85 @@ class TransactionalSession(BufferedSession):
     def inner(self) -> InnerSession:
         """The wrapped session (never closed by this wrapper)."""
         return self._inner
+
+    # ------------------------------------------------------------------ run context
+
+    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+        token = _READ_CONTEXT.set(wrapper)
+        try:
+            return await super().get_items(limit, wrapper=wrapper)
+        finally:
+            _READ_CONTEXT.reset(token)
+
+    async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
+        self._remember_context(wrapper)
+        await super().add_items(items, wrapper=wrapper)
+
+    async def pop_item(self, *, wrapper: Any = None) -> Any:
+        self._remember_context(wrapper)
+        token = _READ_CONTEXT.set(wrapper)
+        try:
+            return await super().pop_item(wrapper=wrapper)
+        finally:
+            _READ_CONTEXT.reset(token)
+
+    async def clear_session(self, *, wrapper: Any = None) -> None:
+        self._remember_context(wrapper)
+        await super().clear_session(wrapper=wrapper)
+
+    def _remember_context(self, wrapper: Any) -> None:
+        if wrapper is not None:
+            self._adapter.context = wrapper
+
+    async def rollback(self) -> None:
+        await super().rollback()
+        if not self.has_pending:
+            self._adapter.context = None
+
+    async def _aclose(self) -> None:
+        await super()._aclose()
+        self._adapter.context = None
+
+    # ------------------------------------------------------------------ what inner can do
+
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """The SDK's compaction hook (see :class:`BufferedSession`); none with
+        ``prune_prefix``, whose removal of the oldest items ``inner``'s ``pop_item()``
+        cannot express (the SDK then uses its generic path)."""
+        if prune_prefix is not None:
+            return None
+        return await super()._get_compaction_snapshot(limit)
+
+    def _replacements_supported(self, *, suffix: bool) -> bool:
+        """Buffered: a replacement is staged like any change. Autocommit: only when
+        ``inner`` can apply it in one step (else the SDK's own fallback runs)."""
+        if not self.autocommit:
+            return True
+        if _sdk.snapshot_hook(self._inner) is not None:
+            return True
+        return not suffix and _sdk.atomic_replace_hook(self._inner) is not None
+
+    def _stage_run_state_text(self, text: str | None, operation: str) -> None:
+        raise self._no_run_states(operation)
+
+    async def _run_state_backend(self, operation: str) -> Any:
+        raise self._no_run_states(operation)
+
+    def _no_run_states(self, operation: str) -> SessionError:
+        return SessionError(
+            f"{operation}() on a TransactionalSession: the wrapped "
+            f"{type(self._inner).__name__} has no place to store a run state with its "
+            "history; use a SQLiteSession or PostgresSession (or keep the state yourself, "
+            "written only after commit())"
+        )
+
+
+def _copy_settings(settings: Any) -> Any:
+    """A copy of the wrapped session's settings (changing one must not change the other)."""
+    if settings is None or isinstance(settings, dict):
+        return settings
+    if dataclasses.is_dataclass(settings) and not isinstance(settings, type):
+        return dataclasses.replace(settings)
+    return settings
