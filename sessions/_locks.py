@@ -23,11 +23,12 @@ __all__ = ["CrossLoopLock"]
 
 
 class _Waiter:
-    __slots__ = ("future", "granted")
+    __slots__ = ("future", "state")
 
     def __init__(self, future: asyncio.Future[None]) -> None:
         self.future = future
-        self.granted = False
+        #: "waiting" (queued), "granted" (the lock is its own), "skipped" (its loop closed)
+        self.state = "waiting"
 
 
 def _wake(future: asyncio.Future[None]) -> None:
@@ -59,10 +60,10 @@ class CrossLoopLock:
             await waiter.future
         except BaseException:
             with self._mutex:
-                owned = waiter.granted
-                if not owned:
+                state = waiter.state
+                if state == "waiting":
                     self._waiters.remove(waiter)
-            if owned:  # handed to us just as we were cancelled: pass it on
+            if state == "granted":  # handed to us just as we were cancelled: pass it on
                 self.release()
             raise
 
@@ -73,11 +74,12 @@ class CrossLoopLock:
                 raise RuntimeError("CrossLoopLock.release(): the lock is not held")
             while self._waiters:
                 waiter = self._waiters.popleft()
-                waiter.granted = True
                 try:
                     waiter.future.get_loop().call_soon_threadsafe(_wake, waiter.future)
                 except RuntimeError:  # its event loop is closed: nobody is waiting there
+                    waiter.state = "skipped"
                     continue
+                waiter.state = "granted"
                 return
             self._locked = False
 

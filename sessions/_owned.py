@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
@@ -115,7 +116,15 @@ class OwnedStores:
     async def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Close ``loop``'s store when the loop shuts down its async generators."""
         hook = _until_shutdown(lambda: self._close_on(loop))
-        await hook.asend(None)  # started here: the loop now knows it
+        # Started here, so the loop knows it (its firstiter hook). Its finalizer is ours:
+        # the loop's would fail if the generator is collected after the loop closed.
+        previous = sys.get_asyncgen_hooks()
+        sys.set_asyncgen_hooks(firstiter=previous.firstiter, finalizer=_finalizer(loop))
+        try:
+            started = hook.asend(None)
+        finally:
+            sys.set_asyncgen_hooks(*previous)
+        await started
         with self._mutex:
             self._hooks[loop] = hook
 
@@ -152,15 +161,34 @@ class OwnedStores:
         store: Store[Any],
         hook: AsyncGenerator[None, None] | None,
     ) -> None:
-        here = asyncio.get_running_loop()
-        if loop is here or loop.is_closed():
-            if hook is not None:
-                await hook.aclose()  # finishes it; the store is no longer listed for it
-            await store.close()
+        """Close ``store`` (and finish its hook) where it can be closed."""
+        if loop is asyncio.get_running_loop() or loop.is_closed():
+            await _finish(store, hook)
         elif loop.is_running():
-            done = asyncio.run_coroutine_threadsafe(store.close(), loop)
+            done = asyncio.run_coroutine_threadsafe(_finish(store, hook), loop)
             await asyncio.wait_for(asyncio.wrap_future(done), self._close_timeout)
         else:  # idle: run it for the close, in a helper thread
             await asyncio.wait_for(
-                asyncio.to_thread(loop.run_until_complete, store.close()), self._close_timeout
+                asyncio.to_thread(loop.run_until_complete, _finish(store, hook)),
+                self._close_timeout,
             )
+
+
+async def _finish(store: Store[Any], hook: AsyncGenerator[None, None] | None) -> None:
+    if hook is not None:
+        await hook.aclose()  # runs _close_on, which finds the store no longer listed
+    await store.close()
+
+
+def _finalizer(loop: asyncio.AbstractEventLoop) -> Callable[[Any], None]:
+    """What to do with a watching generator collected while still waiting."""
+
+    def finalize(generator: Any) -> None:
+        if loop.is_closed():
+            return  # nothing can run it any more; its store is left to close()
+        try:
+            loop.call_soon_threadsafe(lambda: loop.create_task(generator.aclose()))
+        except RuntimeError:  # closed meanwhile
+            pass
+
+    return finalize
