@@ -45,6 +45,9 @@ logger = logging.getLogger("sessions")
 
 T = TypeVar("T")
 
+#: How often an autocommit pop reads again after a conflict (another writer popped first).
+_POP_REREADS = 5
+
 
 #: A suffix replacement to plan: the expected end, the prune rule, the new items.
 _Suffix = tuple[list[Ident], "Callable[[Any], bool] | None", list[str]]
@@ -670,7 +673,10 @@ class BufferedSession(AsyncResource):
 
     async def _autocommit_pop(self) -> Any:
         policy = (await self._ready_store("pop_item")).retry
-        for attempt in range(1, policy.attempts + 1):
+        # A conflict applied nothing, so reading again is always safe, also where the
+        # store retries nothing else (the wrapper's): at least _POP_REREADS attempts.
+        attempts = max(policy.attempts, _POP_REREADS)
+        for attempt in range(1, attempts + 1):
             async with self._lock:
                 await self._settle("pop_item")
                 value, key = await self._stage_pop()
@@ -681,7 +687,7 @@ class BufferedSession(AsyncResource):
                     # session must not keep a change that can never apply), read again.
                     if key is not None:
                         self._staging.forget_pop(key)
-                    if key is None or attempt == policy.attempts:
+                    if key is None or attempt == attempts:
                         raise
                 else:
                     return value

@@ -395,6 +395,12 @@ class _InnerStore(Store["TransactionalSession"]):
     def _describe(self) -> str:
         return "the store of a TransactionalSession"
 
+    def check_usable(self, operation: str) -> None:
+        """Refuse use once closing. No event-loop binding: the adapter holds nothing of a
+        loop, so the wrapper may be shared by threads with loops of their own exactly as
+        far as the wrapped session may (the SDK's ``SQLiteSession`` may)."""
+        self._check_open(operation)
+
     def session(
         self,
         session_id: str,
