@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from . import errors
 from ._backend import AdminBackend, Backend, Batch, SessionInfo
 from ._commit import RetryPolicy
-from ._session import BufferedSession
+from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
 from ._store import Store
 from .sqlite import SQLiteSession, SQLiteStore
@@ -32,6 +32,7 @@ __all__ = [
     "PostgresSession",
     "PostgresStore",
     "RetryPolicy",
+    "RunStateRecord",
     "SQLiteSession",
     "SQLiteStore",
     "SessionInfo",

@@ -30,8 +30,8 @@ __all__ = [
     "call_session_method",
     "coerce_session_settings",
     "default_session_settings",
-    "load_run_state",
     "make_compaction_snapshot",
+    "run_state_from_text",
     "serialize_run_state",
     "snapshot_hook",
 ]
@@ -173,7 +173,7 @@ def serialize_run_state(state: object) -> str:
     return text
 
 
-async def load_run_state(agent: Any, text: str, options: dict[str, Any]) -> Any:
+async def run_state_from_text(agent: Any, text: str, options: dict[str, Any]) -> Any:
     """``RunState.from_string(agent, text, **options)``."""
     try:
         from agents.run_state import RunState

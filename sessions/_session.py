@@ -17,13 +17,19 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import _sdk
 from ._backend import Backend, Batch, RunStateBackend
 from ._commit import DEFAULT_COMMIT_TIMEOUT, apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
 from ._locks import CrossLoopLock
 from ._owned import OwnedStores
 from ._resource import AsyncResource
+from ._sdk import (
+    coerce_session_settings,
+    default_session_settings,
+    make_compaction_snapshot,
+    run_state_from_text,
+    serialize_run_state,
+)
 from ._serde import decode_item, decode_rows, encode_items
 from ._shield import DeadlineExceeded, shielded
 from ._staging import PendingChanges, Staging
@@ -72,13 +78,14 @@ _ACTIVE_TX: contextvars.ContextVar[tuple[_Tx, ...]] = contextvars.ContextVar(
 class RunStateRecord:
     """A session's saved run state, as :meth:`BufferedSession.run_state_record` reads it."""
 
-    text: str
-    """The serialized ``RunState`` (``state.to_string()``)."""
+    text: str | None
+    """The serialized ``RunState`` (``state.to_string()``); ``None``: there is none."""
     version: int
     """The stored version: bumped by every commit that writes or removes the state, never
-    reused. With ``staged`` it is the version the staged state replaces."""
+    reused (``0``: none was ever stored). With ``staged`` it is the version the staged
+    change replaces."""
     staged: bool
-    """``True``: written by ``stage_run_state()`` and not committed yet."""
+    """``True``: staged by ``stage_run_state()`` / ``discard_run_state()``, not committed."""
 
 
 class BufferedSession(AsyncResource):
@@ -126,7 +133,7 @@ class BufferedSession(AsyncResource):
         # None: the default, SessionSettings(), made on first use (importing the SDK
         # costs a second or more; a CLI that never touches it should not pay that).
         self._settings: Any = (
-            None if session_settings is None else _sdk.coerce_session_settings(session_settings)
+            None if session_settings is None else coerce_session_settings(session_settings)
         )
         self._commit_timeout = (
             None if commit_timeout is None else validate_seconds(commit_timeout, "commit_timeout")
@@ -152,12 +159,12 @@ class BufferedSession(AsyncResource):
         SDK releases before 0.8.0, which have no such class). Assign a ``SessionSettings``,
         a dict of its fields, or ``None`` for the default."""
         if self._settings is None:
-            self._settings = _sdk.default_session_settings()
+            self._settings = default_session_settings()
         return self._settings
 
     @session_settings.setter
     def session_settings(self, value: Any) -> None:
-        self._settings = None if value is None else _sdk.coerce_session_settings(value)
+        self._settings = None if value is None else coerce_session_settings(value)
 
     @property
     def autocommit(self) -> bool:
@@ -276,7 +283,7 @@ class BufferedSession(AsyncResource):
         ``run_state_record()``); without such a read the write is unconditional.
         """
         self._check_open("stage_run_state")
-        text = _sdk.serialize_run_state(state)
+        text = serialize_run_state(state)
         self._stage_run_state_text(text, "stage_run_state")
 
     def discard_run_state(self) -> None:
@@ -296,15 +303,15 @@ class BufferedSession(AsyncResource):
         the next ``stage_run_state()`` / ``discard_run_state()`` is checked against.
         """
         record = await self.run_state_record()
-        if record is None:
+        if record.text is None:
             return None
-        return await _sdk.load_run_state(agent, record.text, from_string_options)
+        return await run_state_from_text(agent, record.text, from_string_options)
 
-    async def run_state_record(self) -> RunStateRecord | None:
-        """The saved run state's text and version (``None`` if there is none).
+    async def run_state_record(self) -> RunStateRecord:
+        """The saved run state's text (``None`` if there is none) and version.
 
         Reads the staged state if one is staged, else the stored one. Without a staged
-        write, records the stored version as the one the next write is checked against
+        change, records the stored version as the one the next change is checked against
         (as :meth:`load_run_state` does).
         """
         self._check_open("run_state_record")
@@ -319,9 +326,8 @@ class BufferedSession(AsyncResource):
                 base = self._staging.run_state_version
                 version = version if base is None else base
         if staged is not None:
-            text = staged[0]
-            return None if text is None else RunStateRecord(text, version, True)
-        return None if stored is None else RunStateRecord(stored, version, False)
+            return RunStateRecord(staged[0], version, True)
+        return RunStateRecord(stored, version, False)
 
     def _stage_run_state_text(self, text: str | None, operation: str) -> None:
         if self._autocommit:
@@ -364,7 +370,7 @@ class BufferedSession(AsyncResource):
         """
         self._check_open("get_items")
         n = validate_limit(limit, "limit")
-        if not n or _sdk.make_compaction_snapshot([], True, _never) is None:
+        if not n or make_compaction_snapshot([], True, _never) is None:
             return None
         if not self._replacements_supported(suffix=True):
             return None
@@ -382,7 +388,7 @@ class BufferedSession(AsyncResource):
         async def replace_suffix(start: int, output: list[Any]) -> bool:
             return await self._replace_suffix(idents[start:], output, prune_prefix)
 
-        return _sdk.make_compaction_snapshot(window.items, window.complete, replace_suffix)
+        return make_compaction_snapshot(window.items, window.complete, replace_suffix)
 
     async def _atomic_replace_items(self, items: list[Any]) -> bool:
         """The Agents SDK's whole-history replacement hook (openai-agents 0.24+).

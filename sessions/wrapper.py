@@ -31,9 +31,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from . import _sdk
 from ._backend import Batch, Row
 from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
 from ._serde import decode_item, encode_item
 from ._session import BufferedSession
 from ._store import Store
@@ -155,7 +155,7 @@ class _InnerBackend:
 
     def _call(self, method: Any, *args: Any, context: Any = None) -> Any:
         """``method(*args)`` on the wrapped session, with the run context if it takes one."""
-        return _sdk.call_session_method(
+        return call_session_method(
             method, *args, context=self.context if context is None else context
         )
 
@@ -296,7 +296,7 @@ class _InnerBackend:
 
         ``False`` when it has none or declines (then pops and adds are separate calls).
         """
-        hook = _sdk.snapshot_hook(self._inner)
+        hook = snapshot_hook(self._inner)
         if hook is None:
             return False
         wanted = self._wanted(batch.pops)
@@ -316,7 +316,7 @@ class _InnerBackend:
         """Clear and add in one step, through the wrapped session's own hooks."""
         inner = self._inner
         items = [decode_item(text) for text in batch.items]
-        atomic = _sdk.atomic_replace_hook(inner)
+        atomic = atomic_replace_hook(inner)
         if atomic is not None:
             try:
                 replaced = await atomic(inner, items)
@@ -327,7 +327,7 @@ class _InnerBackend:
                 progress.touched = True
                 progress.done.append(f"replace the history with {len(items)} item(s) (one step)")
                 return True
-        hook = _sdk.snapshot_hook(inner)
+        hook = snapshot_hook(inner)
         snapshot = None if hook is None else await hook(_ALL)
         if snapshot is None or not snapshot.complete or not snapshot.items:
             return False
@@ -515,9 +515,9 @@ class TransactionalSession(BufferedSession):
         ``inner`` can apply it in one step (else the SDK's own fallback runs)."""
         if not self.autocommit:
             return True
-        if _sdk.snapshot_hook(self._inner) is not None:
+        if snapshot_hook(self._inner) is not None:
             return True
-        return not suffix and _sdk.atomic_replace_hook(self._inner) is not None
+        return not suffix and atomic_replace_hook(self._inner) is not None
 
     def _stage_run_state_text(self, text: str | None, operation: str) -> None:
         raise self._no_run_states(operation)
