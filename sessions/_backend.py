@@ -41,6 +41,8 @@ class RunStateChange:
 
     text: str | None
     expect_version: int | None = None
+    label: str | None = None
+    """A short text of the caller's kept with the state (``None`` with a removal)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,9 +124,9 @@ class RunStateBackend(Protocol):
     """A backend that stores one run state per session (tool approvals that wait for a
     human), written by :attr:`Batch.run_state` in the same transaction as the items."""
 
-    async def load_run_state(self, session_id: str) -> tuple[str | None, int]:
-        """``(text, version)``: the stored state (``None`` if none) and its version
-        (``0`` if no state was ever stored for the session)."""
+    async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
+        """``(text, version, label)``: the stored state (``None`` if none), its version
+        (``0`` if no state was ever stored for the session) and its label."""
         ...
 
 

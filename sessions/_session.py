@@ -86,6 +86,8 @@ class RunStateRecord:
     change replaces."""
     staged: bool
     """``True``: staged by ``stage_run_state()`` / ``discard_run_state()``, not committed."""
+    label: str | None = None
+    """The ``label`` given to ``stage_run_state()``."""
 
 
 class BufferedSession(AsyncResource):
@@ -272,9 +274,12 @@ class BufferedSession(AsyncResource):
 
     # ------------------------------------------------------------------ run state
 
-    def stage_run_state(self, state: Any) -> None:
+    def stage_run_state(self, state: Any, *, label: str | None = None) -> None:
         """Save ``state`` (an agents ``RunState``, or its ``to_string()`` text) with the
         next commit, in the same transaction as the items staged with it.
+
+        ``label``: a short text of yours kept with it (say, which step of your approval
+        flow the state is at), read back by :meth:`run_state_record`.
 
         One state per session: it replaces the saved one. Never suspends (unless
         ``autocommit``, where it is committed at once, alone). The commit fails with
@@ -284,7 +289,9 @@ class BufferedSession(AsyncResource):
         """
         self._check_open("stage_run_state")
         text = serialize_run_state(state)
-        self._stage_run_state_text(text, "stage_run_state")
+        if label is not None and not isinstance(label, str):
+            raise TypeError(f"label must be a str or None, got {type(label).__name__}")
+        self._stage_run_state_text(text, "stage_run_state", label)
 
     def discard_run_state(self) -> None:
         """Remove the saved run state with the next commit (when the run completed).
@@ -318,7 +325,7 @@ class BufferedSession(AsyncResource):
         async with self._lock:
             await self._settle("run_state_record")
             backend = await self._run_state_backend("run_state_record")
-            stored, version = await backend.load_run_state(self.session_id)
+            stored, version, label = await backend.load_run_state(self.session_id)
             staged = self._staging.run_state_view()
             if staged is None:
                 self._staging.run_state_version = version
@@ -326,10 +333,12 @@ class BufferedSession(AsyncResource):
                 base = self._staging.run_state_version
                 version = version if base is None else base
         if staged is not None:
-            return RunStateRecord(staged[0], version, True)
-        return RunStateRecord(stored, version, False)
+            return RunStateRecord(staged[0], version, True, staged[1])
+        return RunStateRecord(stored, version, False, label)
 
-    def _stage_run_state_text(self, text: str | None, operation: str) -> None:
+    def _stage_run_state_text(
+        self, text: str | None, operation: str, label: str | None = None
+    ) -> None:
         if self._autocommit:
             raise SessionError(
                 f"{operation}() on session {self.session_id!r}: with autocommit the run "
@@ -343,7 +352,7 @@ class BufferedSession(AsyncResource):
                 f"{type(store.backend).__name__} cannot store run states"
             )
         if not self._refuse_late_write(operation, 1):
-            self._staging.set_run_state(text)
+            self._staging.set_run_state(text, label)
 
     async def _run_state_backend(self, operation: str) -> RunStateBackend:
         backend = await self._backend(operation)

@@ -66,8 +66,8 @@ class PendingChanges:
         return self.clear or self.pops > 0 or self.items > 0 or self.run_state
 
 
-#: A stage's run-state write: ``(text,)`` (``(None,)`` removes it); ``None``: no write.
-RunStateWrite = tuple[str | None]
+#: A stage's run-state write: ``(text, label)`` (``(None, None)`` removes it).
+RunStateWrite = tuple[str | None, str | None]
 
 
 class Stage:
@@ -90,7 +90,8 @@ class Stage:
     def freeze(self, expect_version: int | None) -> Batch:
         change = None
         if self.run_state is not None:
-            change = RunStateChange(self.run_state[0], expect_version)
+            text, label = self.run_state
+            change = RunStateChange(text, expect_version, label)
         tail = None if self.clear else self.tail
         return Batch(self.batch_id, self.clear, tuple(self.pops), tuple(self.items), tail, change)
 
@@ -199,9 +200,9 @@ class Staging:
             stage.tail = tail if stage.tail is None else min(stage.tail, tail)
 
     @_atomic
-    def set_run_state(self, text: str | None) -> None:
+    def set_run_state(self, text: str | None, label: str | None = None) -> None:
         """Stage a write (``None``: a removal) of the session's run state."""
-        self._writable().run_state = (text,)
+        self._writable().run_state = (text, label if text is not None else None)
 
     # ------------------------------------------------------------------ reads
 

@@ -90,6 +90,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ' session_id text COLLATE "C" PRIMARY KEY,'
             " version bigint NOT NULL,"
             " data text,"
+            " label text,"
             " updated_at timestamptz NOT NULL)",
         ),
     ),
@@ -286,11 +287,12 @@ _SQL_NEWER = (
 )
 _SQL_RUN_STATE_VERSION = "SELECT version FROM {run_states} WHERE session_id = $1"
 _SQL_RUN_STATE_WRITE = (
-    "INSERT INTO {run_states} (session_id, version, data, updated_at) "
-    "VALUES ($1, $2, $3, now()) ON CONFLICT (session_id) DO UPDATE SET "
-    "version = excluded.version, data = excluded.data, updated_at = excluded.updated_at"
+    "INSERT INTO {run_states} (session_id, version, data, label, updated_at) "
+    "VALUES ($1, $2, $3, $4, now()) ON CONFLICT (session_id) DO UPDATE SET "
+    "version = excluded.version, data = excluded.data, label = excluded.label, "
+    "updated_at = excluded.updated_at"
 )
-_SQL_RUN_STATE_LOAD = "SELECT data, version FROM {run_states} WHERE session_id = $1"
+_SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM {run_states} WHERE session_id = $1"
 _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
 
 
@@ -554,11 +556,13 @@ class PostgresBackend:
                     f"session {session_id!r}: the saved run state is at version {current}, "
                     f"not {change.expect_version} as when it was read"
                 )
-            await conn.execute(sql.run_state_write, session_id, current + 1, change.text)
+            await conn.execute(
+                sql.run_state_write, session_id, current + 1, change.text, change.label
+            )
 
-    async def load_run_state(self, session_id: str) -> tuple[str | None, int]:
+    async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
-        return (None, 0) if not rows else (rows[0][0], int(rows[0][1]))
+        return (None, 0, None) if not rows else (rows[0][0], int(rows[0][1]), rows[0][2])
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         """Which of ``batch_ids`` are committed, waiting for any commit still in flight.

@@ -77,6 +77,7 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " session_id TEXT PRIMARY KEY,"
             " version INTEGER NOT NULL,"
             " data TEXT,"
+            " label TEXT,"
             " updated_at REAL NOT NULL"
             ") WITHOUT ROWID",
         ),
@@ -149,11 +150,12 @@ def _apply_batches(
 _SQL_NEWER = "SELECT 1 FROM txs_items WHERE session_id = ? AND seq > ? AND batch_id <> ? LIMIT 1"
 _SQL_RUN_STATE_VERSION = "SELECT version FROM txs_run_states WHERE session_id = ?"
 _SQL_RUN_STATE_WRITE = (
-    "INSERT INTO txs_run_states (session_id, version, data, updated_at) VALUES (?, ?, ?, ?) "
-    "ON CONFLICT (session_id) DO UPDATE SET version = excluded.version, "
-    "data = excluded.data, updated_at = excluded.updated_at"
+    "INSERT INTO txs_run_states (session_id, version, data, label, updated_at) "
+    "VALUES (?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET "
+    "version = excluded.version, data = excluded.data, label = excluded.label, "
+    "updated_at = excluded.updated_at"
 )
-_SQL_RUN_STATE_LOAD = "SELECT data, version FROM txs_run_states WHERE session_id = ?"
+_SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM txs_run_states WHERE session_id = ?"
 
 
 def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: float) -> None:
@@ -173,12 +175,16 @@ def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: 
                 f"session {session_id!r}: the saved run state is at version {current}, "
                 f"not {change.expect_version} as when it was read"
             )
-        conn.execute(_SQL_RUN_STATE_WRITE, (session_id, current + 1, change.text, now))
+        conn.execute(
+            _SQL_RUN_STATE_WRITE, (session_id, current + 1, change.text, change.label, now)
+        )
 
 
-def _load_run_state(conn: sqlite3.Connection, session_id: str) -> tuple[str | None, int]:
+def _load_run_state(
+    conn: sqlite3.Connection, session_id: str
+) -> tuple[str | None, int, str | None]:
     row = conn.execute(_SQL_RUN_STATE_LOAD, (session_id,)).fetchone()
-    return (None, 0) if row is None else (row[0], row[1])
+    return (None, 0, None) if row is None else (row[0], row[1], row[2])
 
 
 def _apply(conn: sqlite3.Connection, session_id: str, batches: Sequence[Batch]) -> None:
@@ -451,7 +457,7 @@ class SQLiteBackend:
             return set()
         return await self._run("read", _applied, session_id, list(batch_ids))
 
-    async def load_run_state(self, session_id: str) -> tuple[str | None, int]:
+    async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         return await self._run("read", _load_run_state, session_id)
 
     async def close(self) -> None:

@@ -519,7 +519,9 @@ class TransactionalSession(BufferedSession):
             return True
         return not suffix and atomic_replace_hook(self._inner) is not None
 
-    def _stage_run_state_text(self, text: str | None, operation: str) -> None:
+    def _stage_run_state_text(
+        self, text: str | None, operation: str, label: str | None = None
+    ) -> None:
         raise self._no_run_states(operation)
 
     async def _run_state_backend(self, operation: str) -> Any:

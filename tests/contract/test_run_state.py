@@ -49,14 +49,16 @@ async def test_the_state_is_committed_with_the_items_of_its_turn(
 ) -> None:
     session = store.session(sid)
     await session.add_items([msg("delete my account"), msg("needs approval", "assistant")])
-    session.stage_run_state(state("waiting"))
+    session.stage_run_state(state("waiting"), label="waiting for approval")
     assert await saved(target, sid) == ([], None, 0)  # nothing before the commit
     assert session.pending.run_state and session.has_pending
     record = await session.run_state_record()  # reads see the staged state
     assert (record.text, record.version, record.staged) == (state("waiting"), 0, True)
+    assert record.label == "waiting for approval"
     await session.commit()
     items, text, version = await saved(target, sid)
     assert len(items) == 2 and text == state("waiting") and version == 1
+    assert (await (await other(target, sid)).run_state_record()).label == "waiting for approval"
     assert not session.has_pending
 
 
