@@ -37,7 +37,7 @@ from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
 from ._serde import decode_item, encode_item
 from ._session import BufferedSession
 from ._store import Store
-from .errors import ConflictError, InvalidItemError, SessionError, StorageError
+from .errors import CommitError, ConflictError, InvalidItemError, SessionError, StorageError
 
 __all__ = ["InnerSession", "InnerSessionWriteError", "TransactionalSession"]
 
@@ -89,6 +89,14 @@ class InnerSessionWriteError(RuntimeError):
     def __init__(self, message: str, *, done: tuple[str, ...]) -> None:
         super().__init__(message)
         self.done = done
+
+
+def _plain(item: Any) -> Any:
+    """``item`` as the JSON value it is stored as (what a read of it gives)."""
+    try:
+        return decode_item(encode_item(item))
+    except InvalidItemError:
+        return item
 
 
 def _own_limit(inner: object) -> Any:
@@ -253,12 +261,12 @@ class _InnerBackend:
                     self._done.add(batch.batch_id)
         except BaseException as exc:
             if progress.touched:
-                self._changed()
+                self.changed()
             error = self._failure(exc, progress)
             if error is exc:
                 raise
             raise error from exc
-        self._changed()
+        self.changed()
         self._done.clear()  # the core drops every batch it passed us
 
     async def _apply_one(self, batch: Batch, progress: _Progress) -> None:
@@ -275,21 +283,38 @@ class _InnerBackend:
             progress.done.append("clear_session()")
         elif batch.pops:
             if await self._replace_tail(batch, progress):
-                return
-            wanted = self._wanted(batch.pops)
-            self._compare(wanted, await self._read(len(wanted)))
-            progress.touched = True
-            for n in range(1, len(batch.pops) + 1):
-                if await self._call(inner.pop_item) is None:
-                    raise ConflictError(
-                        f"pop_item() {n} of {len(batch.pops)} found the wrapped "
-                        "session empty (another writer?)"
-                    )
-                progress.done.append("pop_item()")
+                return  # the items went with the pops, in one step
+            await self._pop_newest(batch.pops, progress)
         if batch.items:
             progress.touched = True
             await self._call(inner.add_items, [decode_item(text) for text in batch.items])
             progress.done.append(f"add_items({len(batch.items)} item(s))")
+
+    async def _pop_newest(self, pops: tuple[int, ...], progress: _Progress) -> None:
+        """``pop_item()`` once per staged pop, after checking the items are still there.
+
+        Another writer may still pop or append between the check and a ``pop_item()``: each
+        popped item is compared with the one expected, and a different one is an error
+        (the wrapped session then needs looking at), never a silent wrong pop.
+        """
+        wanted = self._wanted(pops)
+        self._compare(wanted, await self._read(len(wanted)))
+        progress.touched = True
+        for n, key in enumerate(reversed(wanted), start=1):
+            popped = await self._call(self._inner.pop_item)
+            if popped is None:
+                raise ConflictError(
+                    f"pop_item() {n} of {len(wanted)} found the wrapped session empty "
+                    "(another writer?)"
+                )
+            progress.done.append("pop_item()")
+            expected = self._seen.get(key)
+            if expected is None or decode_item(expected) != _plain(popped):
+                raise StorageError(
+                    f"pop_item() {n} of {len(wanted)} removed another item than the one "
+                    f"read (another writer changed the wrapped {type(self._inner).__name__} "
+                    "in between)"
+                )
 
     async def _replace_tail(self, batch: Batch, progress: _Progress) -> bool:
         """Pops and items in one step, through the wrapped session's own snapshot hook.
@@ -371,7 +396,7 @@ class _InnerBackend:
             done=tuple(progress.done),
         )
 
-    def _changed(self) -> None:
+    def changed(self) -> None:
         """The wrapped session may have changed: earlier reads no longer locate items."""
         self._generation += 1
         self._seen.clear()
@@ -474,12 +499,38 @@ class TransactionalSession(BufferedSession):
         await super().add_items(items, wrapper=wrapper)
 
     async def pop_item(self, *, wrapper: Any = None) -> Any:
+        """Buffered: staged like any pop. Autocommit: ``inner.pop_item()`` itself, which
+        reads and removes the newest item in one step (as atomic as ``inner`` makes it)."""
         self._remember_context(wrapper)
+        if self.autocommit:
+            self._check_open("pop_item")
+            if self._refuse_late_write("pop_item", 1):
+                return None
+            return await self._shield(self._pop_inner, known=False)
         token = _READ_CONTEXT.set(wrapper)
         try:
             return await super().pop_item(wrapper=wrapper)
         finally:
             _READ_CONTEXT.reset(token)
+
+    async def _pop_inner(self) -> Any:
+        async with self._lock:
+            await self._settle("pop_item")
+            await self._commit_locked()  # leftovers of a failed autocommit write first
+            try:
+                return await call_session_method(
+                    self._inner.pop_item, context=self._adapter.context
+                )
+            except Exception as exc:
+                raise CommitError(
+                    f"pop_item() of the wrapped {type(self._inner).__name__} "
+                    f"{self.session_id!r} failed with {type(exc).__name__}: {exc}; whether it "
+                    "removed an item is unknown",
+                    session_id=self.session_id,
+                    outcome_known=False,
+                ) from exc
+            finally:
+                self._adapter.changed()
 
     async def clear_session(self, *, wrapper: Any = None) -> None:
         self._remember_context(wrapper)
