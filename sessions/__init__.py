@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors
 from ._backend import AdminBackend, Backend, Batch, SessionInfo
-from ._commit import RetryPolicy
+from ._policy import RetryPolicy
 from ._session import BufferedSession
 from ._staging import PendingChanges
 from ._store import Store

@@ -16,7 +16,8 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._backend import Backend
-from ._commit import DEFAULT_COMMIT_TIMEOUT, apply_batches, interrupted_error
+from ._commit import apply_batches, interrupted_error
+from ._policy import DEFAULT_COMMIT_TIMEOUT
 from ._resource import AsyncResource
 from ._serde import decode_item, decode_rows, encode_items
 from ._shield import DeadlineExceeded, shielded
@@ -447,7 +448,7 @@ class BufferedSession(AsyncResource):
         if not batches:
             return
         try:
-            outcome = await apply_batches(store.backend, store.retry, self.session_id, batches)
+            outcome = await apply_batches(store, self.session_id, batches)
         except BaseException as exc:  # in flight when it happened: outcome unknown
             self._staging.failed(known=False)
             if isinstance(exc, Exception):

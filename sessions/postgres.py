@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 import asyncpg  # type: ignore[import-untyped]
 
 from ._backend import Batch, Row, SessionInfo
-from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
 from ._validate import validate_identifier, validate_positive_int, validate_seconds

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._backend import Batch, Row
-from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._serde import decode_item, encode_item
 from ._session import BufferedSession
 from ._store import Store
