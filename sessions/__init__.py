@@ -16,6 +16,7 @@ from ._policy import RetryPolicy
 from ._session import BufferedSession
 from ._staging import PendingChanges
 from ._store import Store
+from .memory import MemoryBackend, MemorySession, MemoryStore
 from .sqlite import SQLiteSession, SQLiteStore
 
 if TYPE_CHECKING:
@@ -28,6 +29,9 @@ __all__ = [
     "Backend",
     "Batch",
     "BufferedSession",
+    "MemoryBackend",
+    "MemorySession",
+    "MemoryStore",
     "PendingChanges",
     "PostgresSession",
     "PostgresStore",
