@@ -104,15 +104,21 @@ async def adding_no_items_changes_nothing(ctx: Context) -> None:
     expect_equal(await ctx.stored(sid), [msg("1")], "history after add_items([])")
 
 
-@check(Capability.ITEMS)
-async def sessions_are_isolated_by_id(ctx: Context) -> None:
-    """Two session ids on the same storage never see each other's items."""
+async def _two_sessions(ctx: Context) -> tuple[str, str, Any]:
+    """Two new session ids holding ``a`` and ``b``, and a handle on the first."""
     a, b = ctx.new_id(), ctx.new_id()
     one, two = await ctx.open(a), await ctx.open(b)
     await one.add_items([msg("a")])
     await two.add_items([msg("b")])
     await ctx.flush(one)
     await ctx.flush(two)
+    return a, b, one
+
+
+@check(Capability.ITEMS)
+async def sessions_are_isolated_by_id(ctx: Context) -> None:
+    """Two session ids on the same storage never see each other's items."""
+    a, b, _ = await _two_sessions(ctx)
     expect_equal(await ctx.stored(a), [msg("a")], "history of the first session")
     expect_equal(await ctx.stored(b), [msg("b")], "history of the second session")
 
@@ -207,12 +213,7 @@ async def clear_removes_the_whole_history(ctx: Context) -> None:
 @check(Capability.CLEAR)
 async def clear_leaves_other_sessions_alone(ctx: Context) -> None:
     """Clearing one session id leaves every other one untouched."""
-    a, b = ctx.new_id(), ctx.new_id()
-    one, two = await ctx.open(a), await ctx.open(b)
-    await one.add_items([msg("a")])
-    await two.add_items([msg("b")])
-    await ctx.flush(one)
-    await ctx.flush(two)
+    _, b, one = await _two_sessions(ctx)
     await one.clear_session()
     await ctx.flush(one)
     expect_equal(await ctx.stored(b), [msg("b")], "history of the session not cleared")
