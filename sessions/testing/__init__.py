@@ -31,8 +31,8 @@ from __future__ import annotations
 
 from ._capabilities import BASE_CAPABILITIES, EXTENDED_CAPABILITIES, Capability
 from ._report import CapabilityResult, CheckResult, Outcome, Report, capability_table
-from ._runner import run_conformance
-from ._spec import Check, ConformanceFailure, checks
+from ._runner import checks, run_conformance
+from ._spec import Check, ConformanceFailure
 from ._subject import Spawn, Subject, WriteHooks, store_subject, wrapper_subject
 
 __all__ = [

@@ -8,12 +8,19 @@ import uuid
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 
+from . import _checks  # noqa: F401 - importing the check modules registers the checks
 from ._capabilities import Capability, offered
 from ._report import CapabilityResult, CheckResult, Outcome, Report
-from ._spec import Check, Context, checks
+from ._spec import Check, Context, registered
 from ._subject import Subject
 
-__all__ = ["run_conformance"]
+__all__ = ["checks", "run_conformance"]
+
+
+def checks(capability: Capability | None = None) -> list[Check]:
+    """The spec checks (of one capability, or all), in the order they run."""
+    return registered(capability)
+
 
 DEFAULT_CHECK_TIMEOUT = 180.0
 

@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from .._backend import Backend
+from .. import Backend
 from ._capabilities import Capability, backend_of, is_buffered
 from ._subject import Subject, WriteHooks
 
@@ -23,10 +23,10 @@ __all__ = [
     "ConformanceFailure",
     "Context",
     "check",
-    "checks",
     "expect",
     "expect_equal",
     "msg",
+    "registered",
 ]
 
 CheckFunction = Callable[["Context"], Awaitable[None]]
@@ -83,10 +83,8 @@ def check(
     return register
 
 
-def checks(capability: Capability | None = None) -> list[Check]:
-    """The registered checks (of one capability, or all), in registration order."""
-    from . import _checks  # noqa: F401 - registers the checks on first use
-
+def registered(capability: Capability | None = None) -> list[Check]:
+    """The checks registered so far (of one capability, or all), in registration order."""
     return [c for c in _CHECKS if capability is None or c.capability is capability]
 
 

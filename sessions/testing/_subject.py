@@ -7,15 +7,14 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .._backend import Backend, Batch, Row
-from .._core import BufferedSession
-from .._store import Store
+from .. import Backend, Batch, BufferedSession, Store
 
 __all__ = ["Spawn", "Subject", "WriteHooks", "store_subject", "wrapper_subject"]
 
 Hook = Callable[[], Awaitable[None]]
 SessionFactory = Callable[[str], AsyncIterator[Any]]
 HookedFactory = Callable[[str, "WriteHooks"], AsyncIterator[Any]]
+Row = tuple[int, str]
 
 
 @dataclass(frozen=True)

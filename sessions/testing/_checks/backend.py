@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..._backend import Backend, Batch
+from ... import Backend, Batch
 from .._capabilities import Capability
 from .._spec import ConformanceFailure, Context, check, expect, expect_equal, msg
 from .._subject import WriteHooks
