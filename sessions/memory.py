@@ -23,7 +23,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ._backend import Batch, Row, SessionInfo
-from ._core import BufferedSession, RetryPolicy
+from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._session import BufferedSession
 from ._store import Store
 from .errors import ConflictError
 
@@ -128,11 +129,23 @@ class MemoryBackend:
         history = self._sessions.get(session_id)
         return None if history is None else history.info(session_id)
 
-    async def delete_session(self, session_id: str) -> bool:
-        return self._sessions.pop(session_id, None) is not None
+    async def delete_session(
+        self, session_id: str, *, stale_before: datetime | None = None
+    ) -> bool:
+        history = self._sessions.get(session_id)
+        if history is None or (stale_before is not None and history.updated_at >= stale_before):
+            return False
+        del self._sessions[session_id]
+        return True
 
-    async def stale_sessions(self, cutoff: datetime, *, limit: int) -> list[SessionInfo]:
-        stale = sorted(s for s, h in self._sessions.items() if h.updated_at < cutoff)
+    async def stale_sessions(
+        self, cutoff: datetime, *, limit: int, after: str | None = None
+    ) -> list[SessionInfo]:
+        stale = sorted(
+            s
+            for s, h in self._sessions.items()
+            if h.updated_at < cutoff and (after is None or s > after)
+        )
         return [self._sessions[s].info(s) for s in stale[:limit]]
 
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
@@ -159,19 +172,30 @@ class MemoryStore(Store["MemorySession"]):
     ``MemoryStore.open(backend)`` shares one, like a second connection to a database.
     """
 
-    def __init__(self, backend: MemoryBackend, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self,
+        backend: MemoryBackend,
+        *,
+        retry: RetryPolicy | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+    ) -> None:
         if not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry)
+        super().__init__(backend, retry=retry, commit_timeout=commit_timeout)
         self.session_class = MemorySession
         self.memory = backend
 
     @classmethod
     async def open(
-        cls, backend: MemoryBackend | None = None, *, retry: RetryPolicy | None = None
+        cls,
+        backend: MemoryBackend | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
     ) -> MemoryStore:
         """A store over ``backend`` (a new, empty one when ``None``)."""
-        return cls(MemoryBackend() if backend is None else backend, retry=retry)
+        shared = MemoryBackend() if backend is None else backend
+        return cls(shared, retry=retry, commit_timeout=commit_timeout)
 
 
 class MemorySession(BufferedSession):
@@ -190,26 +214,26 @@ class MemorySession(BufferedSession):
         store: MemoryStore | None = None,
         autocommit: bool = False,
         session_settings: Any = None,
+        commit_timeout: float | None = None,
     ) -> None:
+        options: dict[str, Any] = {
+            "autocommit": autocommit,
+            "session_settings": session_settings,
+            "commit_timeout": commit_timeout,
+        }
         if store is not None:
             if backend is not None:
                 raise TypeError("pass either backend= or store=, not both")
             if not isinstance(store, MemoryStore):
                 raise TypeError(f"store must be a MemoryStore, got {type(store).__name__}")
-            super().__init__(
-                session_id, store=store, autocommit=autocommit, session_settings=session_settings
-            )
+            super().__init__(session_id, store=store, **options)
             return
         if backend is not None and not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
         shared = MemoryBackend() if backend is None else backend
+        store_timeout = DEFAULT_COMMIT_TIMEOUT if commit_timeout is None else commit_timeout
 
         async def factory() -> Store[Any]:
-            return MemoryStore(shared)
+            return MemoryStore(shared, commit_timeout=store_timeout)
 
-        super().__init__(
-            session_id,
-            store_factory=factory,
-            autocommit=autocommit,
-            session_settings=session_settings,
-        )
+        super().__init__(session_id, store_factory=factory, **options)

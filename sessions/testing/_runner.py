@@ -8,8 +8,8 @@ import uuid
 from collections.abc import Iterable
 from contextlib import AsyncExitStack
 
-from . import _checks  # noqa: F401 - importing the check modules registers the checks
 from ._capabilities import Capability, offered
+from ._checks import CHECK_MODULES  # noqa: F401 - importing them registers the checks
 from ._report import CapabilityResult, CheckResult, Outcome, Report
 from ._spec import Check, Context, registered
 from ._subject import Subject

@@ -152,7 +152,11 @@ def store_subject(
     async def hooked(session_id: str, hooks: WriteHooks) -> AsyncIterator[Any]:
         store = await open_store()
         try:
-            around = _HookedStore(_HookedBackend(store.backend, hooks), retry=store.retry)
+            around = _HookedStore(
+                _HookedBackend(store.backend, hooks),
+                retry=store.retry,
+                commit_timeout=store.commit_timeout,
+            )
             session = around.session(session_id)
             try:
                 yield session

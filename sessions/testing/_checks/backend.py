@@ -1,10 +1,10 @@
 """Extended capabilities of sessions on a ``sessions.Backend``: atomic and idempotent apply.
 
-The atomic checks talk to the backend directly, through the public ``Backend``
-protocol (``load`` / ``apply`` / ``applied``), because only there can a failure be made
-to happen *after* part of a transaction was written, without knowing the database: a
-batch that pops a row which is already gone must raise, and every batch of that
-``apply`` call must leave no trace. The idempotency checks go through the session: a
+The atomic checks hand batches to the backend themselves (through the commit path,
+which calls ``Backend.apply`` once, without retries), because only there can a failure
+be made to happen *after* part of a transaction was written without knowing the
+database: a batch that pops a row which is already gone must fail, and every batch of
+that ``apply`` call must leave no trace. The idempotency checks go through the session: a
 write whose reply is lost after it was applied, then ``commit()`` again.
 """
 
@@ -13,12 +13,22 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ... import Backend, Batch
+from ... import Backend, Batch, RetryPolicy
+from ..._commit import write_batches
 from .._capabilities import Capability
 from .._spec import ConformanceFailure, Context, check, expect, expect_equal, msg
 from .._subject import WriteHooks
 
 __all__: list[str] = []
+
+
+_ONCE = RetryPolicy(attempts=1)
+_TIMEOUT = 60.0
+
+
+async def _apply(backend: Backend, sid: str, batches: list[Batch]) -> None:
+    """One ``Backend.apply`` of ``batches``, through the commit path, no retries."""
+    await write_batches(backend, _ONCE, sid, batches, timeout=_TIMEOUT)
 
 
 def _batch(*, items: tuple[str, ...] = (), pops: tuple[int, ...] = ()) -> Batch:
@@ -38,7 +48,7 @@ async def _stored_rows(ctx: Context, sid: str, *texts: str) -> tuple[Backend, li
 
 async def _apply_must_fail(backend: Backend, sid: str, batches: list[Batch]) -> None:
     try:
-        await backend.apply(sid, batches)
+        await _apply(backend, sid, batches)
     except Exception:  # noqa: BLE001 - a ConflictError is due; what counts is what stays
         return
     raise ConformanceFailure("apply() of a batch popping a row that is gone did not raise")
@@ -49,7 +59,7 @@ async def apply_of_several_batches_is_all_or_nothing(ctx: Context) -> None:
     """A later batch that fails undoes the earlier batches of the same apply() call."""
     sid = ctx.new_id()
     backend, keys = await _stored_rows(ctx, sid, "1", "2", "3")
-    await backend.apply(sid, [_batch(pops=(keys[-1],))])  # row 3 is gone now
+    await _apply(backend, sid, [_batch(pops=(keys[-1],))])  # row 3 is gone now
     good, bad = _batch(items=('{"role":"user","content":"a"}',)), _batch(pops=(keys[-1],))
     await _apply_must_fail(backend, sid, [good, bad])
     expect_equal(await ctx.stored(sid), [msg("1"), msg("2")], "history after the failed apply")
@@ -61,11 +71,11 @@ async def a_batch_with_a_missing_pop_applies_nothing(ctx: Context) -> None:
     """One batch popping a present and a missing row (and adding) changes nothing."""
     sid = ctx.new_id()
     backend, keys = await _stored_rows(ctx, sid, "1", "2", "3")
-    await backend.apply(sid, [_batch(pops=(keys[-1],))])
+    await _apply(backend, sid, [_batch(pops=(keys[-1],))])
     torn = _batch(pops=(keys[-2], keys[-1]), items=('{"role":"user","content":"x"}',))
     await _apply_must_fail(backend, sid, [torn])
     expect_equal(await ctx.stored(sid), [msg("1"), msg("2")], "history after the failed apply")
-    await backend.apply(sid, [_batch(pops=(keys[-2],))])  # still usable afterwards
+    await _apply(backend, sid, [_batch(pops=(keys[-2],))])  # still usable afterwards
     expect_equal(await ctx.stored(sid), [msg("1")], "history after a good apply")
 
 
@@ -75,8 +85,8 @@ async def backend_skips_a_batch_it_already_applied(ctx: Context) -> None:
     sid = ctx.new_id()
     backend, _ = await _stored_rows(ctx, sid, "1")
     again = _batch(items=('{"role":"user","content":"2"}',))
-    await backend.apply(sid, [again])
-    await backend.apply(sid, [again])
+    await _apply(backend, sid, [again])
+    await _apply(backend, sid, [again])
     expect_equal(await ctx.stored(sid), [msg("1"), msg("2")], "history after applying twice")
     unknown = uuid.uuid4().hex
     expect_equal(await backend.applied(sid, [again.batch_id, unknown]), {again.batch_id}, "ids")
