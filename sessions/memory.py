@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ._backend import Batch, Row, SessionInfo
-from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
 from .errors import ConflictError

@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from .. import Backend
+from .. import Store
 from ._capabilities import Capability, backend_of, is_buffered
 from ._subject import Subject, WriteHooks
 
@@ -127,13 +127,14 @@ class Context:
         if is_buffered(session):
             await session.commit()
 
-    async def backend(self, session: Any) -> Backend:
-        """The :class:`sessions.Backend` under ``session`` (opened if it is lazy)."""
+    async def store(self, session: Any) -> Store[Any]:
+        """The :class:`sessions.Store` under ``session`` (opened if it is lazy), whose
+        backend is a :class:`sessions.Backend`."""
         await session.get_items(limit=1)
-        backend = backend_of(session)
-        if backend is None:
-            raise ConformanceFailure(f"{type(session).__name__} has no backend")
-        return backend
+        if backend_of(session) is None:
+            raise ConformanceFailure(f"{type(session).__name__} has no sessions.Backend")
+        store: Store[Any] = session.store
+        return store
 
 
 async def _discard_staged(session: Any) -> None:

@@ -1,9 +1,9 @@
 """Extended capabilities of sessions on a ``sessions.Backend``: atomic and idempotent apply.
 
-The atomic checks hand batches to the backend themselves (through the commit path,
-which calls ``Backend.apply`` once, without retries), because only there can a failure
-be made to happen *after* part of a transaction was written without knowing the
-database: a batch that pops a row which is already gone must fail, and every batch of
+The atomic checks hand batches to the backend themselves, through the commit path of
+the session's store (several batches in one ``Backend.apply`` call; a conflict is not
+retried), because only there can a failure be made to happen *after* part of a
+transaction was written without knowing the database: a batch that pops a row which is already gone must fail, and every batch of
 that ``apply`` call must leave no trace. The idempotency checks go through the session: a
 write whose reply is lost after it was applied, then ``commit()`` again.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ... import Backend, Batch, RetryPolicy
+from ... import Batch, Store
 from ..._commit import write_batches
 from .._capabilities import Capability
 from .._spec import ConformanceFailure, Context, check, expect, expect_equal, msg
@@ -22,33 +22,29 @@ from .._subject import WriteHooks
 __all__: list[str] = []
 
 
-_ONCE = RetryPolicy(attempts=1)
-_TIMEOUT = 60.0
-
-
-async def _apply(backend: Backend, sid: str, batches: list[Batch]) -> None:
-    """One ``Backend.apply`` of ``batches``, through the commit path, no retries."""
-    await write_batches(backend, _ONCE, sid, batches, timeout=_TIMEOUT)
+async def _apply(store: Store[Any], sid: str, batches: list[Batch]) -> None:
+    """``Backend.apply`` of ``batches`` in one call, through the commit path."""
+    await write_batches(store, sid, batches)
 
 
 def _batch(*, items: tuple[str, ...] = (), pops: tuple[int, ...] = ()) -> Batch:
     return Batch(uuid.uuid4().hex, False, pops, items)
 
 
-async def _stored_rows(ctx: Context, sid: str, *texts: str) -> tuple[Backend, list[int]]:
-    """Commit ``texts`` to ``sid``; the backend and the keys of the stored rows."""
+async def _stored_rows(ctx: Context, sid: str, *texts: str) -> tuple[Store[Any], list[int]]:
+    """Commit ``texts`` to ``sid``; the session's store and the keys of the stored rows."""
     session = await ctx.open(sid)
     await session.add_items([msg(t) for t in texts])
     await session.commit()
-    backend = await ctx.backend(session)
-    keys = [key for key, _ in await backend.load(sid, None)]
+    store = await ctx.store(session)
+    keys = [key for key, _ in await store.backend.load(sid, None)]
     expect_equal(len(keys), len(texts), "rows loaded after the commit")
-    return backend, keys
+    return store, keys
 
 
-async def _apply_must_fail(backend: Backend, sid: str, batches: list[Batch]) -> None:
+async def _apply_must_fail(store: Store[Any], sid: str, batches: list[Batch]) -> None:
     try:
-        await _apply(backend, sid, batches)
+        await _apply(store, sid, batches)
     except Exception:  # noqa: BLE001 - a ConflictError is due; what counts is what stays
         return
     raise ConformanceFailure("apply() of a batch popping a row that is gone did not raise")
@@ -58,24 +54,26 @@ async def _apply_must_fail(backend: Backend, sid: str, batches: list[Batch]) -> 
 async def apply_of_several_batches_is_all_or_nothing(ctx: Context) -> None:
     """A later batch that fails undoes the earlier batches of the same apply() call."""
     sid = ctx.new_id()
-    backend, keys = await _stored_rows(ctx, sid, "1", "2", "3")
-    await _apply(backend, sid, [_batch(pops=(keys[-1],))])  # row 3 is gone now
+    store, keys = await _stored_rows(ctx, sid, "1", "2", "3")
+    await _apply(store, sid, [_batch(pops=(keys[-1],))])  # row 3 is gone now
     good, bad = _batch(items=('{"role":"user","content":"a"}',)), _batch(pops=(keys[-1],))
-    await _apply_must_fail(backend, sid, [good, bad])
+    await _apply_must_fail(store, sid, [good, bad])
     expect_equal(await ctx.stored(sid), [msg("1"), msg("2")], "history after the failed apply")
-    expect_equal(await backend.applied(sid, [good.batch_id, bad.batch_id]), set(), "applied()")
+    expect_equal(
+        await store.backend.applied(sid, [good.batch_id, bad.batch_id]), set(), "applied()"
+    )
 
 
 @check(Capability.ATOMIC_BATCH)
 async def a_batch_with_a_missing_pop_applies_nothing(ctx: Context) -> None:
     """One batch popping a present and a missing row (and adding) changes nothing."""
     sid = ctx.new_id()
-    backend, keys = await _stored_rows(ctx, sid, "1", "2", "3")
-    await _apply(backend, sid, [_batch(pops=(keys[-1],))])
+    store, keys = await _stored_rows(ctx, sid, "1", "2", "3")
+    await _apply(store, sid, [_batch(pops=(keys[-1],))])
     torn = _batch(pops=(keys[-2], keys[-1]), items=('{"role":"user","content":"x"}',))
-    await _apply_must_fail(backend, sid, [torn])
+    await _apply_must_fail(store, sid, [torn])
     expect_equal(await ctx.stored(sid), [msg("1"), msg("2")], "history after the failed apply")
-    await _apply(backend, sid, [_batch(pops=(keys[-2],))])  # still usable afterwards
+    await _apply(store, sid, [_batch(pops=(keys[-2],))])  # still usable afterwards
     expect_equal(await ctx.stored(sid), [msg("1")], "history after a good apply")
 
 
@@ -83,13 +81,15 @@ async def a_batch_with_a_missing_pop_applies_nothing(ctx: Context) -> None:
 async def backend_skips_a_batch_it_already_applied(ctx: Context) -> None:
     """apply() of a batch id already applied adds nothing; applied() reports the id."""
     sid = ctx.new_id()
-    backend, _ = await _stored_rows(ctx, sid, "1")
+    store, _ = await _stored_rows(ctx, sid, "1")
     again = _batch(items=('{"role":"user","content":"2"}',))
-    await _apply(backend, sid, [again])
-    await _apply(backend, sid, [again])
+    await _apply(store, sid, [again])
+    await _apply(store, sid, [again])
     expect_equal(await ctx.stored(sid), [msg("1"), msg("2")], "history after applying twice")
     unknown = uuid.uuid4().hex
-    expect_equal(await backend.applied(sid, [again.batch_id, unknown]), {again.batch_id}, "ids")
+    expect_equal(
+        await store.backend.applied(sid, [again.batch_id, unknown]), {again.batch_id}, "ids"
+    )
 
 
 def _lose_first_reply() -> WriteHooks:
