@@ -25,6 +25,7 @@ from typing import Any
 from agents import Agent, Model, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
+from .cli.render import literal
 from .sqlite import SQLiteSession, SQLiteStore
 
 __all__ = ["run_demo"]
@@ -78,28 +79,32 @@ class _Output:
             from rich.console import Console
         except ImportError:  # pragma: no cover - rich is an optional extra
             return
-        self._console = Console(highlight=False, soft_wrap=True)
+        self._console = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
 
     def line(self, text: str = "", style: str | None = None) -> None:
+        text = literal(text)  # model output and paths: shown as typed, never as markup
         if self._console is None:
             print(text)
         else:
-            self._console.print(text, style=style, markup=False)
+            from rich.text import Text
+
+            self._console.print(Text(text, style or ""))
 
     def history(self, items: Sequence[dict[str, Any]]) -> None:
-        rows = [(str(i), *_describe(item)) for i, item in enumerate(items, 1)]
+        rows = [(str(i), *map(literal, _describe(item))) for i, item in enumerate(items, 1)]
         if self._console is None:
             for number, role, content in rows:
                 print(f"  {number:>3}  {role:<12} {content}")
             return
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(show_edge=False, pad_edge=False)
         table.add_column("#", justify="right")
         table.add_column("role")
         table.add_column("content", overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))
         self._console.print(table)
 
 

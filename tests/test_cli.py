@@ -147,7 +147,7 @@ async def test_list_pages_and_json(sample: str) -> None:
     assert "3 sessions" in table.out
 
     assert page.code == 0
-    assert "chat-c" not in page.out and "--after 'chat-b'" in page.out
+    assert "chat-c" not in page.out and "next page: sessions list --after chat-b" in page.out
 
     assert everything.code == 0, everything.err
     rows = json.loads(everything.out)
@@ -442,7 +442,7 @@ async def test_password_never_printed_on_success(pg_schema: str) -> None:
 async def test_missing_cli_extra_prints_the_install_hint() -> None:
     code = (
         "import sys; sys.modules['typer'] = None; "
-        "from sessions._cli import main; sys.exit(main(['list']))"
+        "from sessions.cli import main; sys.exit(main(['list']))"
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", code, stdout=subprocess.PIPE, stderr=subprocess.PIPE

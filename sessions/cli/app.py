@@ -1,0 +1,80 @@
+"""The ``sessions`` command line: the typer app, its global ``--db``, and the run loop.
+
+No postponed annotations here: typer reads the callback's signature at runtime.
+"""
+
+from collections.abc import Callable, Sequence
+
+import typer
+
+from . import demo, inspect, maintenance, render, transfer
+from .options import ENV_URL, Db, Globals
+
+__all__ = ["build_app", "run"]
+
+HELP = (
+    "Inspect and maintain txsessions stores (SQLite or PostgreSQL).\n\n"
+    f"The database is given with --db URL (before or after the command) or the {ENV_URL} "
+    "environment variable: sqlite:///relative.db, sqlite:////abs/path.db, "
+    "postgresql://user:password@host:5432/db?schema=public&table_prefix=txs_.\n\n"
+    "\b\nExample:\n  sessions list --db sqlite:///chat.db\n"
+    "  sessions --db sqlite:///chat.db show user-42"
+)
+
+COMMANDS: dict[str, Callable[..., int]] = {
+    "list": inspect.list_cmd,
+    "show": inspect.show_cmd,
+    "stats": inspect.stats_cmd,
+    "export": transfer.export_cmd,
+    "import": transfer.import_cmd,
+    "delete": maintenance.delete_cmd,
+    "purge": maintenance.purge_cmd,
+    "migrate": maintenance.migrate_cmd,
+    "demo": demo.demo_cmd,
+}
+
+
+def _root(ctx: typer.Context, db: Db = None) -> None:
+    ctx.obj = Globals(db=db)
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="sessions",
+        help=HELP,
+        add_completion=False,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    for name, command in COMMANDS.items():
+        app.command(name)(command)
+    return app
+
+
+def run(args: Sequence[str]) -> int:
+    """Run ``sessions ARGS``; every failure is one line on stderr and an exit status."""
+    command = typer.main.get_command(build_app())
+    try:
+        result = command.main(list(args) or ["--help"], prog_name="sessions", standalone_mode=False)
+    except render.CliError as exc:
+        return render.exit_code(exc, args)
+    except typer.Abort:
+        return render.exit_code(render.CliError("aborted"), args)
+    except Exception as exc:  # noqa: BLE001 - click usage errors (typer may vendor click)
+        return render.exit_code(_usage_error(exc), args)
+    except KeyboardInterrupt as exc:
+        return render.exit_code(exc, args)
+    return result if isinstance(result, int) else 0
+
+
+def _usage_error(exc: Exception) -> BaseException:
+    """A click usage error as a :class:`~.render.CliError` (anything else unchanged)."""
+    message = getattr(exc, "format_message", None)
+    code = getattr(exc, "exit_code", None)
+    if not callable(message) or not isinstance(code, int):
+        return exc
+    ctx = getattr(exc, "ctx", None)
+    where = getattr(ctx, "command_path", None) or "sessions"
+    return render.CliError(f"{message()} (see '{where} --help')", code)
