@@ -657,3 +657,14 @@ async def test_no_cli_option_is_silently_ignored(tmp_path: Path) -> None:
         one_error_line(result, *expected)
         assert result.code == 2
     assert (await cli("show", "a", "--max-chars", "10", "--db", url)).code == 0
+
+
+def test_only_the_render_module_prints() -> None:
+    """User-controlled text is made safe in one place: no other CLI module writes output."""
+    package = Path(__file__).resolve().parent.parent / "sessions" / "cli"
+    writes = ("print(", "sys.stdout", "sys.stderr", "Console(", ".echo(")
+    for module in sorted(package.glob("*.py")):
+        if module.name in ("render.py", "__init__.py"):  # __init__: the install hint only
+            continue
+        source = module.read_text(encoding="utf-8")
+        assert [w for w in writes if w in source] == [], module.name
