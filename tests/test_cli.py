@@ -298,31 +298,37 @@ async def test_delete_asks_first(sample: str) -> None:
     one_error_line(await cli("delete", "chat-b", "--yes", "--db", sample), "unknown session")
 
 
-async def _age(url: str, session_id: str, days: int) -> None:
-    """Pretend ``session_id`` was last updated ``days`` ago (white-box: the metadata row)."""
+async def white_box(url: str, postgres_sql: str, sqlite_sql: str, *args: Any) -> None:
+    """Run one statement on the store's own tables, bypassing the core (``{table}``
+    names a table of the store, e.g. ``{sessions}``)."""
     store = await open_store(url)
     backend: Any = store.backend
     try:
         if hasattr(backend, "pool"):
+            names = {t: backend.table(t) for t in ("sessions", "items")}
             async with backend.pool.acquire() as conn:
-                await conn.execute(
-                    f"UPDATE {backend.table('sessions')} SET updated_at = updated_at - "
-                    "make_interval(days => $2) WHERE session_id = $1",
-                    session_id,
-                    days,
-                )
+                await conn.execute(postgres_sql.format(**names), *args)
             return
     finally:
         await store.close()
     conn = sqlite3.connect(backend.path)
     try:
         with conn:
-            conn.execute(
-                "UPDATE txs_sessions SET updated_at = updated_at - ? WHERE session_id = ?",
-                (days * 86400, session_id),
-            )
+            conn.execute(sqlite_sql.format(sessions="txs_sessions", items="txs_items"), args)
     finally:
         conn.close()
+
+
+async def _age(url: str, session_id: str, days: int) -> None:
+    """Pretend ``session_id`` was last updated ``days`` ago (the metadata row)."""
+    await white_box(
+        url,
+        "UPDATE {sessions} SET updated_at = updated_at - make_interval(days => $2) "
+        "WHERE session_id = $1",
+        "UPDATE {sessions} SET updated_at = updated_at - ?2 * 86400 WHERE session_id = ?1",
+        session_id,
+        days,
+    )
 
 
 async def test_purge_dry_run_confirmation_and_yes(sample: str) -> None:
@@ -574,31 +580,14 @@ async def test_terminal_escapes_in_user_text_are_shown_visibly(
 
 
 async def _corrupt(url: str, session_id: str, text: str) -> None:
-    """Store ``text`` as the newest row of ``session_id`` (white-box: bypasses the core)."""
-    store = await open_store(url)
-    backend: Any = store.backend
-    try:
-        if hasattr(backend, "pool"):
-            async with backend.pool.acquire() as conn:
-                await conn.execute(
-                    f"INSERT INTO {backend.table('items')} (session_id, seq, batch_id, data) "
-                    "VALUES ($1, 1000000, 'corrupt', $2)",
-                    session_id,
-                    text,
-                )
-            return
-    finally:
-        await store.close()
-    conn = sqlite3.connect(backend.path)
-    try:
-        with conn:
-            conn.execute(
-                "INSERT INTO txs_items (session_id, seq, batch_id, data) "
-                "VALUES (?, 1000000, 'corrupt', ?)",
-                (session_id, text),
-            )
-    finally:
-        conn.close()
+    """Store ``text`` as the newest row of ``session_id``."""
+    await white_box(
+        url,
+        "INSERT INTO {items} (session_id, seq, batch_id, data) VALUES ($1, 1000000, 'c', $2)",
+        "INSERT INTO {items} (session_id, seq, batch_id, data) VALUES (?, 1000000, 'c', ?)",
+        session_id,
+        text,
+    )
 
 
 async def test_show_json_stays_valid_json_with_corrupt_rows(db: str) -> None:

@@ -29,12 +29,12 @@ from agents import SQLiteSession
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from sessions import open_store
 from sessions.cli import main
 from sessions.cli.app import COMMANDS
 from sessions.cli.render import literal
 
 from .conftest import BACKENDS, make_target
+from .test_cli import seed
 
 NASTY = [
     "evil[/bold]",
@@ -144,17 +144,6 @@ def stores(
     yield Stores(target.kind, target.url, tmp_path)
 
 
-async def _seed(url: str, sessions: dict[str, list[Any]]) -> None:
-    store = await open_store(url)
-    try:
-        for session_id, items in sessions.items():
-            session = store.session(session_id)
-            await session.add_items(items)
-            await session.commit()
-    finally:
-        await store.close()
-
-
 async def _sdk_file(path: Path, sessions: dict[str, list[Any]]) -> None:
     for session_id, items in sessions.items():
         sdk = SQLiteSession(session_id, path)
@@ -182,7 +171,7 @@ def test_reading_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
     url = stores.fresh()
-    asyncio.run(_seed(url, sessions))
+    asyncio.run(seed(url, sessions))
     ids = sorted(sessions)
     listed = run("list", "--db", url)
     for session_id in ids:
@@ -212,7 +201,7 @@ def test_writing_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
     url, other = stores.fresh(), stores.fresh()
-    asyncio.run(_seed(url, sessions))
+    asyncio.run(seed(url, sessions))
     ids = sorted(sessions)
     backup = stores.tmp / f"{uuid.uuid4().hex}.jsonl"
     assert run("export", "-o", str(backup), "--db", url).code == 0
@@ -247,7 +236,7 @@ def test_migrate_shows_generated_text_literally(
     ids = sorted(sessions)
     # One target session already exists and was not written by a migration: it is
     # left alone and reported, by id.
-    asyncio.run(_seed(target, {ids[0]: [{"role": "user", "content": "mine"}]}))
+    asyncio.run(seed(target, {ids[0]: [{"role": "user", "content": "mine"}]}))
     migrated = run("migrate", "--from", f"sqlite:///{source}", "--to", target)
     assert migrated.code == 1, migrated
     assert literal(repr(ids[0])) in migrated.out
@@ -258,7 +247,7 @@ def test_corrupt_rows_through_the_reading_commands(tmp_path: Path) -> None:
     """(On SQLite; tests/test_cli.py writes corrupt rows on both backends.)"""
     path = tmp_path / "corrupt.db"
     url = f"sqlite:///{path}"
-    asyncio.run(_seed(url, {"s\x1b": [{"role": "user", "content": "ok"}]}))
+    asyncio.run(seed(url, {"s\x1b": [{"role": "user", "content": "ok"}]}))
     with sqlite3.connect(path) as conn:
         conn.execute(
             "INSERT INTO txs_items (session_id, seq, batch_id, data) "
