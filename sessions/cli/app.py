@@ -4,11 +4,12 @@ No postponed annotations here: typer reads the callback's signature at runtime.
 """
 
 from collections.abc import Callable, Sequence
+from typing import Annotated
 
 import typer
 
 from . import demo, inspect, maintenance, render, transfer
-from .options import ENV_URL, Db, Globals
+from .options import ENV_URL, Globals
 
 __all__ = ["build_app", "run"]
 
@@ -34,7 +35,17 @@ COMMANDS: dict[str, Callable[..., int]] = {
 }
 
 
-def _root(ctx: typer.Context, db: Db = None) -> None:
+GlobalDb = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        metavar="URL",
+        help=f"Database URL (default: ${ENV_URL}); may also come after the command name.",
+    ),
+]
+
+
+def _root(ctx: typer.Context, db: GlobalDb = None) -> None:
     ctx.obj = Globals(db=db)
 
 

@@ -29,7 +29,7 @@ ENV_URL = "SESSIONS_DATABASE_URL"
 
 DB_HELP = (
     "Database URL: sqlite:///path.db or postgresql://user@host/db "
-    f"(default: ${ENV_URL}). Also accepted before the command: sessions --db URL list."
+    f"(default: ${ENV_URL}). May also come before the command name."
 )
 
 Db = Annotated[str | None, typer.Option("--db", metavar="URL", help=DB_HELP)]
