@@ -8,8 +8,12 @@ from typing import Annotated
 
 import typer
 
-from . import demo, inspect, maintenance, render, transfer
+from .demo import demo_cmd
+from .inspect import list_cmd, show_cmd, stats_cmd
+from .maintenance import delete_cmd, migrate_cmd, purge_cmd
 from .options import ENV_URL, Globals
+from .render import CliError, exit_code
+from .transfer import export_cmd, import_cmd
 
 __all__ = ["build_app", "run"]
 
@@ -23,15 +27,15 @@ HELP = (
 )
 
 COMMANDS: dict[str, Callable[..., int]] = {
-    "list": inspect.list_cmd,
-    "show": inspect.show_cmd,
-    "stats": inspect.stats_cmd,
-    "export": transfer.export_cmd,
-    "import": transfer.import_cmd,
-    "delete": maintenance.delete_cmd,
-    "purge": maintenance.purge_cmd,
-    "migrate": maintenance.migrate_cmd,
-    "demo": demo.demo_cmd,
+    "list": list_cmd,
+    "show": show_cmd,
+    "stats": stats_cmd,
+    "export": export_cmd,
+    "import": import_cmd,
+    "delete": delete_cmd,
+    "purge": purge_cmd,
+    "migrate": migrate_cmd,
+    "demo": demo_cmd,
 }
 
 
@@ -69,23 +73,23 @@ def run(args: Sequence[str]) -> int:
     command = typer.main.get_command(build_app())
     try:
         result = command.main(list(args) or ["--help"], prog_name="sessions", standalone_mode=False)
-    except render.CliError as exc:
-        return render.exit_code(exc, args)
+    except CliError as exc:
+        return exit_code(exc, args)
     except typer.Abort:
-        return render.exit_code(render.CliError("aborted"), args)
+        return exit_code(CliError("aborted"), args)
     except Exception as exc:  # noqa: BLE001 - click usage errors (typer may vendor click)
-        return render.exit_code(_usage_error(exc), args)
+        return exit_code(_usage_error(exc), args)
     except KeyboardInterrupt as exc:
-        return render.exit_code(exc, args)
+        return exit_code(exc, args)
     return result if isinstance(result, int) else 0
 
 
 def _usage_error(exc: Exception) -> BaseException:
-    """A click usage error as a :class:`~.render.CliError` (anything else unchanged)."""
+    """A click usage error as a :class:`~.CliError` (anything else unchanged)."""
     message = getattr(exc, "format_message", None)
     code = getattr(exc, "exit_code", None)
     if not callable(message) or not isinstance(code, int):
         return exc
     ctx = getattr(exc, "ctx", None)
     where = getattr(ctx, "command_path", None) or "sessions"
-    return render.CliError(f"{message()} (see '{where} --help')", code)
+    return CliError(f"{message()} (see '{where} --help')", code)

@@ -8,9 +8,8 @@ from typing import Annotated
 import typer
 
 from .._redact import redact
-from . import render
 from .options import ENV_URL, given_db
-from .render import UsageError, fail
+from .render import UsageError, fail, run_sync
 
 __all__ = ["demo_cmd"]
 
@@ -42,7 +41,7 @@ def demo_cmd(
             "the demo needs an openai-agents release with agents.testing.ScriptedModel "
             f"(pip install -U openai-agents): {exc}"
         )
-    return render.run_sync(lambda: run_demo(path), [db])
+    return run_sync(lambda: run_demo(path), [db])
 
 
 def demo_path(value: str | None) -> str | None:

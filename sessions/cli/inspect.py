@@ -15,9 +15,24 @@ import typer
 from .._backend import AdminBackend
 from .._store import Store
 from .._transfer import admin_backend
-from . import render
 from .options import Db, Json, database_url, opened
-from .render import Column, Entry, UsageError, fail, plural, say, when
+from .render import (
+    Column,
+    Entry,
+    JsonArray,
+    UsageError,
+    fail,
+    heading,
+    iso,
+    json_text,
+    plural,
+    run_async,
+    say,
+    stored_json,
+    table,
+    transcript,
+    when,
+)
 
 __all__ = ["describe_item", "list_cmd", "show_cmd", "stats_cmd"]
 
@@ -50,22 +65,22 @@ def list_cmd(
     """
     url = database_url(ctx, db)
     lister = _list_json if as_json else _list_table
-    return render.run_async(lambda: lister(url, limit, after, show_all), [url])
+    return run_async(lambda: lister(url, limit, after, show_all), [url])
 
 
 async def _list_json(url: str, limit: int, after: str | None, show_all: bool) -> None:
     async with opened(url) as store:
-        array = render.JsonArray()
+        array = JsonArray()
         while True:
             page = await store.list_sessions(limit=limit, after=after)
             for info in page:
                 record = {
                     "session_id": info.session_id,
                     "items": info.item_count,
-                    "created_at": render.iso(info.created_at),
-                    "updated_at": render.iso(info.updated_at),
+                    "created_at": iso(info.created_at),
+                    "updated_at": iso(info.updated_at),
                 }
-                array.add(render.json_text(record))
+                array.add(json_text(record))
             if not show_all or len(page) < limit:
                 break
             after = page[-1].session_id
@@ -80,7 +95,7 @@ async def _list_table(url: str, limit: int, after: str | None, show_all: bool) -
             more = len(page) > limit
             page = page[:limit]
             if page:
-                render.table(
+                table(
                     _SESSION_COLUMNS,
                     [
                         (i.session_id, str(i.item_count), when(i.created_at), when(i.updated_at))
@@ -134,7 +149,7 @@ def show_cmd(
         raise UsageError("--full and --max-chars contradict each other", "sessions show")
     url = database_url(ctx, db)
     limit = None if full else (max_chars or 300)
-    return render.run_async(lambda: _show(url, session_id, as_json, limit), [url])
+    return run_async(lambda: _show(url, session_id, as_json, limit), [url])
 
 
 async def _info(store: Store[Any], session_id: str) -> Any:
@@ -156,7 +171,7 @@ async def _show(url: str, session_id: str, as_json: bool, max_chars: int | None)
         if as_json:
             await _show_json(admin, session_id)
             return
-        render.heading(
+        heading(
             [
                 (session_id, "bold"),
                 (f" · {plural(info.item_count, 'item')} · updated {when(info.updated_at)} UTC", ""),
@@ -169,12 +184,12 @@ _PAGE = 500
 
 
 async def _show_json(admin: AdminBackend, session_id: str) -> None:
-    array = render.JsonArray()
+    array = JsonArray()
     after: int | None = None
     while True:
         rows = await admin.read_range(session_id, after=after, limit=_PAGE)
         for key, text in rows:
-            array.add(render.stored_json(key, text))
+            array.add(stored_json(key, text))
         if len(rows) < _PAGE:
             break
         after = rows[-1][0]
@@ -209,7 +224,7 @@ async def _show_text(
             except ValueError:
                 label, body, call_id, style = "corrupt", text, "", "red"
             entries.append(Entry(number, label, _truncate(body, max_chars), call_id, style))
-        render.transcript(entries, count)
+        transcript(entries, count)
         if len(rows) < _PAGE:
             break
         after = rows[-1][0]
@@ -293,7 +308,7 @@ def stats_cmd(ctx: typer.Context, db: Db = None, as_json: Json = False) -> int:
       sessions stats --db postgresql://app@db.internal/app
     """
     url = database_url(ctx, db)
-    return render.run_async(lambda: _stats(url, as_json), [url])
+    return run_async(lambda: _stats(url, as_json), [url])
 
 
 async def _totals(store: Store[Any]) -> dict[str, Any]:
@@ -316,8 +331,8 @@ async def _totals(store: Store[Any]) -> dict[str, Any]:
         "items": items,
         "average_items": round(items / sessions, 1) if sessions else 0,
         "largest_session": {"session_id": largest[0], "items": largest[1]} if largest else None,
-        "oldest_created_at": render.iso(oldest) if oldest else None,
-        "last_updated_at": render.iso(newest) if newest else None,
+        "oldest_created_at": iso(oldest) if oldest else None,
+        "last_updated_at": iso(newest) if newest else None,
         "idle_30_days": idle,
     }
 
@@ -343,7 +358,7 @@ async def _stats(url: str, as_json: bool) -> None:
     if parsed.kind == "sqlite" and parsed.target != ":memory:":
         stats["file_bytes"] = await asyncio.to_thread(_file_bytes, parsed.target)
     if as_json:
-        say(render.json_text(stats, indent=2))
+        say(json_text(stats, indent=2))
         return
     largest = stats["largest_session"]
     oldest, newest = stats["oldest_created_at"], stats["last_updated_at"]

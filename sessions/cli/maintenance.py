@@ -10,9 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from .._store import Store
-from . import render
 from .options import ENV_URL, Db, Yes, database_url, opened
-from .render import Column, UsageError, fail, plural, say, when
+from .render import Column, UsageError, confirm, fail, plural, progress, run_async, say, table, when
 
 __all__ = ["delete_cmd", "migrate_cmd", "parse_duration", "purge_cmd"]
 
@@ -33,7 +32,7 @@ def delete_cmd(
       sessions delete user-42 --yes --db sqlite:///chat.db
     """
     url = database_url(ctx, db)
-    return render.run_async(lambda: _delete(url, session_id, yes), [url])
+    return run_async(lambda: _delete(url, session_id, yes), [url])
 
 
 async def _delete(url: str, session_id: str, yes: bool) -> None:
@@ -45,7 +44,7 @@ async def _delete(url: str, session_id: str, yes: bool) -> None:
             f"Delete session {session_id!r} ({plural(info.item_count, 'item')}, "
             f"updated {when(info.updated_at)} UTC)?"
         )
-        if not yes and not render.confirm(question):
+        if not yes and not confirm(question):
             fail("aborted: nothing deleted")
         existed = await store.delete_session(session_id)
     if not existed:
@@ -101,7 +100,7 @@ def purge_cmd(
         raise UsageError("--yes does not apply to --dry-run (nothing is deleted)", "sessions purge")
     age = parse_duration(older_than)
     url = database_url(ctx, db)
-    return render.run_async(lambda: _purge(url, age, dry_run, yes), [url])
+    return run_async(lambda: _purge(url, age, dry_run, yes), [url])
 
 
 async def _purge(url: str, age: timedelta, dry_run: bool, yes: bool) -> None:
@@ -125,7 +124,7 @@ _SHOWN = 50
 
 
 def _list_stale(stale: list[Any]) -> None:
-    render.table(
+    table(
         (Column("SESSION", fold=True), Column("ITEMS", right=True), Column("UPDATED (UTC)")),
         [(i.session_id, str(i.item_count), when(i.updated_at)) for i in stale[:_SHOWN]],
     )
@@ -134,7 +133,7 @@ def _list_stale(stale: list[Any]) -> None:
 
 
 async def _purge_confirmed(store: Store[Any], age: timedelta, question: str, yes: bool) -> None:
-    if not yes and not render.confirm(question):
+    if not yes and not confirm(question):
         fail("aborted: nothing deleted")
     gone = await store.purge(age)
     gone_items = sum(info.item_count for info in gone)
@@ -190,7 +189,7 @@ def migrate_cmd(
         raise UsageError("migrate: missing option --from URL", "sessions migrate")
     to = database_url(ctx, target, "--to")
     tables = (sessions_table, messages_table, source_schema)
-    return render.run_async(lambda: _migrate(source, to, *tables), [source, to])
+    return run_async(lambda: _migrate(source, to, *tables), [source, to])
 
 
 async def _migrate(
@@ -212,7 +211,7 @@ async def _migrate(
     )
     try:
         async with opened(target_url, create=True) as store:
-            with render.progress("migrating", None) as bar:
+            with progress("migrating", None) as bar:
                 report = await migrate(source, store, progress=bar.advance, on_total=bar.total)
     finally:
         await source.close()

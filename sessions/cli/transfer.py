@@ -10,9 +10,8 @@ from typing import Annotated
 import typer
 
 from .._transfer import export_sessions, import_sessions, plan_export
-from . import render
 from .options import Db, database_url, opened
-from .render import UsageError, fail, plural, say, warn
+from .render import UsageError, fail, json_stdout, plural, progress, run_async, say, warn
 
 __all__ = ["export_cmd", "import_cmd"]
 
@@ -42,15 +41,15 @@ def export_cmd(
         raise UsageError("export: missing option -o/--output FILE", "sessions export")
     url = database_url(ctx, db)
     ids = list(session_ids or [])
-    return render.run_async(lambda: _export(url, ids, output), [url])
+    return run_async(lambda: _export(url, ids, output), [url])
 
 
 async def _export(url: str, session_ids: list[str], output: str) -> None:
     async with opened(url) as store:
         _, items = await plan_export(store, session_ids)
-        with render.progress("exporting", items) as bar:
+        with progress("exporting", items) as bar:
             if output == "-":
-                with render.json_stdout():
+                with json_stdout():
                     result = await export_sessions(store, "-", session_ids, progress=bar.advance)
             else:
                 result = await export_sessions(store, output, session_ids, progress=bar.advance)
@@ -76,14 +75,14 @@ def import_cmd(
       sessions --db postgresql://app@db.internal/app import backup.jsonl
     """
     url = database_url(ctx, db)
-    return render.run_async(lambda: _import(url, path), [url])
+    return run_async(lambda: _import(url, path), [url])
 
 
 async def _import(url: str, path: str) -> None:
     if not await asyncio.to_thread(os.path.isfile, path):
         fail(f"no such file: {path}")
     async with opened(url, create=True) as store:
-        with render.progress("importing", None) as bar:
+        with progress("importing", None) as bar:
             result = await import_sessions(store, path, progress=bar.advance, on_total=bar.total)
     say(
         f"imported {plural(result.added, 'item')} into "
