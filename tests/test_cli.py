@@ -652,7 +652,9 @@ def test_only_the_render_module_prints() -> None:
     """User-controlled text is made safe in one place: no other CLI module writes output."""
     package = Path(__file__).resolve().parent.parent / "sessions" / "cli"
     writes = ("print(", "sys.stdout", "sys.stderr", "Console(", ".echo(")
-    for module in sorted(package.glob("*.py")):
+    modules = sorted(package.glob("*.py"))
+    assert {m.name for m in modules} >= {"render.py", "app.py", "inspect.py", "transfer.py"}
+    for module in modules:
         if module.name in ("render.py", "__init__.py"):  # __init__: the install hint only
             continue
         source = module.read_text(encoding="utf-8")
