@@ -11,9 +11,10 @@ How the examples are read (README.md, "Development", says the same for writers):
   sizes are replaced on both sides; a line ``...`` stands for any number of lines,
   a line ending in ``...`` for any line starting with what comes before.
   ``sessions`` is this checkout's command; ``COLUMNS`` is 90.
-* ``python`` blocks run with top-level ``await`` allowed, each in a fresh namespace
-  and an empty directory of its own; they pass when they raise nothing. Whatever the
-  block leaves open (stores, sessions, clients) is closed afterwards.
+* ``python`` blocks run with top-level ``await`` allowed (in an event loop; a block
+  without top-level ``await`` runs as a script, outside any loop), each in a fresh
+  namespace and an empty directory of its own; they pass when they raise nothing.
+  Whatever the block leaves open (stores, sessions, clients) is closed afterwards.
 * A marker on the line(s) right before a block changes that: ``<!-- doctest: skip
   REASON -->`` (not run; the reason shows in pytest's skip summary) and
   ``<!-- doctest: fixture NAME... -->`` (see :data:`FIXTURES`). Blocks in any other
@@ -67,6 +68,7 @@ class Block:
 
 
 _MARKER = re.compile(r"<!--\s*doctest:\s*(.*?)\s*-->")
+_COMMENT = re.compile(r"<!--.*-->")  # other comments may sit between a marker and its block
 _FENCE = re.compile(r"^\s*(`{3,}|~{3,})\s*([\w+-]*)")
 
 
@@ -97,7 +99,7 @@ def parse(doc: str, text: str) -> list[Block]:
             )
             blocks.append(_block(doc, i + 1, fence.group(2), lines[i + 1 : end], pending))
             pending, i = [], end
-        elif stripped and pending:
+        elif stripped and pending and not _COMMENT.fullmatch(stripped):
             raise MarkerError(
                 f"{doc}:{pending[0][0]}: a doctest marker must come right before a block"
             )
@@ -150,6 +152,7 @@ class Setup:
         default_factory=dict
     )  # python: async context managers
     substitutions: list[tuple[str, str]] = field(default_factory=list)
+    clear_redis: bool = False  # python: clear the RedisSessions the block leaves
 
 
 Fixture = Callable[[Setup, Block], contextlib.AbstractContextManager[None]]
@@ -269,7 +272,7 @@ def redis(setup: Setup, block: Block) -> Iterator[None]:
         if IN_CI:
             pytest.fail(f"CI is set, so the Redis example must run: {exc}", pytrace=False)
         pytest.skip(f"no Redis at 127.0.0.1:6379: {exc}")
-    setup.names["_clear_redis_sessions"] = True
+    setup.clear_redis = True
     yield
 
 
@@ -466,16 +469,33 @@ def run_console(block: Block, run: DocRun) -> None:
 
 
 def run_python(block: Block, run: DocRun, workdir: Path) -> None:
+    """Run a snippet with top-level ``await`` in an event loop; a script (one that calls
+    ``asyncio.run`` itself, say) as a script, outside any loop."""
     setup = Setup(workdir, run)
-    with fixtures_for(block, setup):
-        source = substitute(block.text, setup.substitutions)
-        code = compile(source, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-        asyncio.run(_python_main(code, setup))
+    here = os.getcwd()
+    os.chdir(workdir)
+    try:
+        with fixtures_for(block, setup):
+            source = substitute(block.text, setup.substitutions)
+            code = compile(source, block.id, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+            if code.co_flags & inspect.CO_COROUTINE:
+                asyncio.run(_python_main(code, setup))
+            else:
+                namespace = _namespace(setup)
+                try:
+                    exec(code, namespace)  # noqa: S102 - the documentation's own example
+                finally:
+                    asyncio.run(_close_left(namespace, set(setup.names), setup))
+    finally:
+        os.chdir(here)
+
+
+def _namespace(setup: Setup) -> dict[str, Any]:
+    return {"__name__": "__doc_example__", **setup.names}
 
 
 async def _python_main(code: Any, setup: Setup) -> None:
-    clear_redis = setup.names.pop("_clear_redis_sessions", False)
-    namespace: dict[str, Any] = {"__name__": "__doc_example__", **setup.names}
+    namespace = _namespace(setup)
     async with contextlib.AsyncExitStack() as stack:
         for name, factory in setup.later.items():
             namespace[name] = await stack.enter_async_context(factory())
@@ -485,8 +505,12 @@ async def _python_main(code: Any, setup: Setup) -> None:
             if inspect.iscoroutine(result):
                 await result
         finally:
-            left = [v for k, v in namespace.items() if k not in given]
-            await _close_all(reversed(left), clear_redis)
+            await _close_left(namespace, given, setup)
+
+
+async def _close_left(namespace: dict[str, Any], given: set[str], setup: Setup) -> None:
+    left = [v for k, v in namespace.items() if k not in given and k != "__builtins__"]
+    await _close_all(reversed(left), setup.clear_redis)
 
 
 async def _close_all(values: Any, clear_redis: bool) -> None:
