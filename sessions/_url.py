@@ -26,9 +26,6 @@ from .errors import SessionError, StorageError
 
 __all__ = ["ParsedURL", "open_store", "parse_url"]
 
-# ``sessions/_migrate.py`` still imports the old name; it is the same function.
-redact_url = redact
-
 _SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _ENCODE_HINT = "percent-encode @ : / ? # % in a user name or password, e.g. %40 for @"
 
