@@ -659,3 +659,23 @@ def test_only_the_render_module_prints() -> None:
             continue
         source = module.read_text(encoding="utf-8")
         assert [w for w in writes if w in source] == [], module.name
+
+
+async def test_export_skips_a_stored_nan_row_as_corrupt_so_the_file_imports(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'nan.db'}"
+    await seed(url, {"s": [{"n": 1}]})
+    await _corrupt(url, "s", '{"n": NaN}')
+    out = tmp_path / "export.jsonl"
+    exported = await cli("export", "-o", str(out), "--db", url)
+    assert exported.code == 0, exported.err
+    assert "NaN" not in out.read_text(encoding="utf-8")
+    again = f"sqlite:///{tmp_path / 'again.db'}"
+    imported = await cli("import", str(out), "--db", again)
+    assert imported.code == 0, imported.err
+    store = await open_store(again)
+    try:
+        assert await store.session("s").get_items() == [{"n": 1}]
+    finally:
+        await store.close()
