@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors
 from ._backend import AdminBackend, Backend, Batch, SessionInfo
-from ._commit import RetryPolicy
+from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
 from ._store import Store
+from .memory import MemoryBackend, MemorySession, MemoryStore
 from .sqlite import SQLiteSession, SQLiteStore
 
 if TYPE_CHECKING:
@@ -28,6 +29,9 @@ __all__ = [
     "Backend",
     "Batch",
     "BufferedSession",
+    "MemoryBackend",
+    "MemorySession",
+    "MemoryStore",
     "PendingChanges",
     "PostgresSession",
     "PostgresStore",

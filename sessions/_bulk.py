@@ -93,15 +93,9 @@ class ChunkWriter:
             self.progress(len(texts))
 
     async def _present(self, batch_id: str) -> bool:
+        self.store.check_usable("import/migrate")
         backend = self.store.backend
         return batch_id in await backend.applied(self.session_id, [batch_id])
 
     async def _write(self, batch: Batch) -> None:
-        store = self.store
-        await write_batches(
-            store.backend,
-            store.retry,
-            self.session_id,
-            [batch],
-            timeout=store.commit_timeout,
-        )
+        await write_batches(self.store, self.session_id, [batch])

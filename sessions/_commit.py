@@ -15,11 +15,12 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, Batch
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._shield import DeadlineExceeded, shielded
 from .errors import (
     CommitConflictError,
@@ -28,6 +29,9 @@ from .errors import (
     StorageError,
     TransientStorageError,
 )
+
+if TYPE_CHECKING:
+    from ._store import Store
 
 __all__ = [
     "DEFAULT_COMMIT_TIMEOUT",
@@ -41,44 +45,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("sessions")
-
-#: Seconds a caller of ``commit()`` (or an autocommit write, or ``close()``) may be held.
-DEFAULT_COMMIT_TIMEOUT = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How a commit retries transient failures (lost connection, busy database).
-
-    ``attempts`` counts the first try. Delays grow exponentially from
-    ``initial_delay`` up to ``max_delay`` seconds, with jitter.
-    """
-
-    attempts: int = 5
-    initial_delay: float = 0.05
-    max_delay: float = 2.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
-            raise TypeError(f"RetryPolicy.attempts must be an int, got {self.attempts!r}")
-        if self.attempts < 1:
-            raise ValueError(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
-        for name in ("initial_delay", "max_delay"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-                raise ValueError(f"RetryPolicy.{name} must be a number >= 0, got {value!r}")
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
-        base: float = min(self.max_delay, self.initial_delay * (2.0 ** (attempt - 1)))
-        return base * (0.5 + random.random() / 2)
-
-    def window(self) -> float:
-        """The longest time all the waits between attempts can take."""
-        return sum(
-            min(self.max_delay, self.initial_delay * (2.0 ** (attempt - 1)))
-            for attempt in range(1, self.attempts)
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,15 +70,21 @@ def _ids(batches: Sequence[Batch]) -> frozenset[str]:
     return frozenset(batch.batch_id for batch in batches)
 
 
-async def apply_batches(
+async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Batch]) -> Outcome:
+    """Apply ``batches`` (one session, in order) with the store's retry policy.
+
+    Never raises a storage error: the outcome says what is known. A ``CancelledError``
+    (or any unexpected exception) while a batch is in flight is propagated as is: the
+    outcome of that attempt is then unknown, and the caller records it so. The store
+    counts the commit as in flight meanwhile (its ``close()`` waits for it).
+    """
+    async with store.commit_slot("commit") as backend:
+        return await _apply_with_retries(backend, store.retry, session_id, batches)
+
+
+async def _apply_with_retries(
     backend: Backend, policy: RetryPolicy, session_id: str, batches: Sequence[Batch]
 ) -> Outcome:
-    """Apply ``batches`` (one session, in order) with retries; never raises a storage error.
-
-    A ``CancelledError`` (or any unexpected exception) while a batch is in flight is
-    propagated as is: the outcome of that attempt is then unknown, and the caller
-    records it so.
-    """
     known = True
     last: TransientStorageError | None = None
     for attempt in range(1, policy.attempts + 1):
@@ -204,25 +176,19 @@ def interrupted_error(
     return error
 
 
-async def write_batches(
-    backend: Backend,
-    policy: RetryPolicy,
-    session_id: str,
-    batches: Sequence[Batch],
-    *,
-    timeout: float | None,
-) -> None:
-    """:func:`apply_batches`, shielded and bounded; raises :class:`CommitError` on failure.
+async def write_batches(store: Store[Any], session_id: str, batches: Sequence[Batch]) -> None:
+    """:func:`apply_batches`, shielded and bounded by the store's ``commit_timeout``.
 
-    For writers without a session of their own (import, migration): their batches have
-    deterministic ids, so after any error running the same write again is safe.
+    Raises :class:`CommitError` on failure. For writers without a session of their own
+    (import, migration): their batches have deterministic ids, so after any error
+    running the same write again is safe.
     """
     try:
         outcome = await shielded(
-            apply_batches(backend, policy, session_id, batches), timeout=timeout
+            apply_batches(store, session_id, batches), timeout=store.commit_timeout
         )
     except DeadlineExceeded as exc:
-        raise interrupted_error(session_id, backend, exc) from exc
+        raise interrupted_error(session_id, store.backend, exc) from exc
     if outcome.error is not None:
         raise outcome.error
 

@@ -20,11 +20,13 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from agents import Agent, Model, RunConfig, Runner, function_tool
 from agents.testing import ScriptedModel, assistant_message, function_call
 
+from .cli.render import literal
 from .sqlite import SQLiteSession, SQLiteStore
 
 __all__ = ["run_demo"]
@@ -78,28 +80,32 @@ class _Output:
             from rich.console import Console
         except ImportError:  # pragma: no cover - rich is an optional extra
             return
-        self._console = Console(highlight=False, soft_wrap=True)
+        self._console = Console(highlight=False, soft_wrap=True, markup=False, emoji=False)
 
     def line(self, text: str = "", style: str | None = None) -> None:
+        text = literal(text)  # model output and paths: shown as typed, never as markup
         if self._console is None:
             print(text)
         else:
-            self._console.print(text, style=style, markup=False)
+            from rich.text import Text
+
+            self._console.print(Text(text, style or ""))
 
     def history(self, items: Sequence[dict[str, Any]]) -> None:
-        rows = [(str(i), *_describe(item)) for i, item in enumerate(items, 1)]
+        rows = [(str(i), *map(literal, _describe(item))) for i, item in enumerate(items, 1)]
         if self._console is None:
             for number, role, content in rows:
                 print(f"  {number:>3}  {role:<12} {content}")
             return
         from rich.table import Table
+        from rich.text import Text
 
         table = Table(show_edge=False, pad_edge=False)
         table.add_column("#", justify="right")
         table.add_column("role")
         table.add_column("content", overflow="fold")
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*(Text(cell) for cell in row))
         self._console.print(table)
 
 
@@ -227,84 +233,104 @@ async def _cancelled_turn(
             await asyncio.wait({run_task}, timeout=5)
 
 
+@dataclass
+class _Run:
+    """One demo: the agent, where it stores history, and what was read back when."""
+
+    path: str
+    out: _Output
+    model: Model | None
+    agent: Agent[Any]
+    run_config: RunConfig
+    session_id: str = field(default_factory=lambda: f"demo-{uuid.uuid4().hex[:8]}")
+    before: list[Any] = field(default_factory=list)  # after turn 2
+    after_cancel: list[Any] = field(default_factory=list)  # after the cancelled turn 3
+    final: list[Any] = field(default_factory=list)  # after turn 4
+    seen: list[Any] = field(default_factory=list)  # what turn 4's model call was given
+    left_pending: bool = False
+
+
 async def _demo(path: str, out: _Output, *, temporary: bool) -> int:
     real = bool(os.environ.get("OPENAI_API_KEY"))
     model: Model | None = None if real else _scripted_model()
-    run_config = RunConfig(tracing_disabled=not real)
     agent: Agent[Any] = Agent(
-        name="calculator",
-        instructions=_INSTRUCTIONS,
-        tools=[add, multiply],
-        model=model,
+        name="calculator", instructions=_INSTRUCTIONS, tools=[add, multiply], model=model
     )
-    session_id = f"demo-{uuid.uuid4().hex[:8]}"
+    run = _Run(path, out, model, agent, RunConfig(tracing_disabled=not real))
     out.line("txsessions demo", style="bold")
     out.line(f"  database: {path}{' (temporary; pass --db PATH to keep it)' if temporary else ''}")
-    out.line(f"  session:  {session_id}")
+    out.line(f"  session:  {run.session_id}")
     out.line(f"  model:    {'the default OpenAI model' if real else 'scripted (offline)'}")
     out.line()
-
     counter = _RefusalCounter()
     log = logging.getLogger("sessions")
     log.addHandler(counter)
     store = await SQLiteStore.open(path)
     try:
-        session = store.session(session_id)
-        for number, prompt in enumerate(_PROMPTS[:2], 1):
-            out.line(f"turn {number}: {prompt}", style="bold")
-            async with session.transaction():
-                reply: Any
-                if number == 1:
-                    done = await Runner.run(agent, prompt, session=session, run_config=run_config)
-                    reply = done.final_output
-                else:  # the same, streamed and consumed to the end
-                    streamed = Runner.run_streamed(
-                        agent, prompt, session=session, run_config=run_config
-                    )
-                    async for _ in streamed.stream_events():
-                        pass
-                    reply = streamed.final_output
-                staged = session.pending.items
-            out.line(f"    {reply}")
-            out.line(f"    committed {staged} item(s) in one transaction")
-        before = await _read_fresh(path, session_id)
-
-        out.line(f"turn 3 (streamed, cancelled midway): {_PROMPTS[2]}", style="bold")
-        await _cancelled_turn(session, agent, _PROMPTS[2], run_config, out)
-        out.line(f"    the still-running run's late writes refused: {counter.refused}")
-        after_cancel = await _read_fresh(path, session_id)
-
-        out.line(f"turn 4: {_PROMPTS[3]}", style="bold")
-        async with session.transaction():
-            last = await Runner.run(agent, _PROMPTS[3], session=session, run_config=run_config)
-        out.line(f"    {last.final_output}")
-        seen: list[Any] = []
-        if isinstance(model, ScriptedModel) and model.last_call is not None:
-            seen = list(model.last_call.input)
-        final = await _read_fresh(path, session_id)
-        unexpected_pending = session.has_pending
+        await _turns(run, store.session(run.session_id), counter)
     finally:
         await store.close()
         log.removeHandler(counter)
-
     out.line()
-    out.line(f"stored history ({len(final)} items, read through a new connection):", style="bold")
-    out.history(final)
+    out.line(
+        f"stored history ({len(run.final)} items, read through a new connection):", style="bold"
+    )
+    out.history(run.final)
     out.line()
+    return _verdict(run)
 
+
+async def _turns(run: _Run, session: SQLiteSession, counter: _RefusalCounter) -> None:
+    """Two committed turns, one cancelled midway, one more; reading back after each."""
+    out, agent, config = run.out, run.agent, run.run_config
+    for number, prompt in enumerate(_PROMPTS[:2], 1):
+        out.line(f"turn {number}: {prompt}", style="bold")
+        async with session.transaction():
+            reply: Any
+            if number == 1:
+                done = await Runner.run(agent, prompt, session=session, run_config=config)
+                reply = done.final_output
+            else:  # the same, streamed and consumed to the end
+                streamed = Runner.run_streamed(agent, prompt, session=session, run_config=config)
+                async for _ in streamed.stream_events():
+                    pass
+                reply = streamed.final_output
+            staged = session.pending.items
+        out.line(f"    {reply}")
+        out.line(f"    committed {staged} item(s) in one transaction")
+    run.before = await _read_fresh(run.path, run.session_id)
+
+    out.line(f"turn 3 (streamed, cancelled midway): {_PROMPTS[2]}", style="bold")
+    await _cancelled_turn(session, agent, _PROMPTS[2], config, out)
+    out.line(f"    the still-running run's late writes refused: {counter.refused}")
+    run.after_cancel = await _read_fresh(run.path, run.session_id)
+
+    out.line(f"turn 4: {_PROMPTS[3]}", style="bold")
+    async with session.transaction():
+        last = await Runner.run(agent, _PROMPTS[3], session=session, run_config=config)
+    out.line(f"    {last.final_output}")
+    if isinstance(run.model, ScriptedModel) and run.model.last_call is not None:
+        run.seen = list(run.model.last_call.input)
+    run.final = await _read_fresh(run.path, run.session_id)
+    run.left_pending = session.has_pending
+
+
+def _verdict(run: _Run) -> int:
+    """Print whether the stored history is whole; 0 when it is."""
+    before, final, out = run.before, run.final, run.out
     problems = _turn_problems(final)
-    if after_cancel != before:
+    if run.after_cancel != before:
         problems.append(
             f"the cancelled turn changed the stored history ({len(before)} items before, "
-            f"{len(after_cancel)} after)"
+            f"{len(run.after_cancel)} after)"
         )
     if final[: len(before)] != before or len(final) <= len(before):
         problems.append("turn 4 did not append to the history committed before it")
     elif not _is_user(final[len(before)]):
         problems.append("turn 4 did not start with the user's message")
-    if model is not None and seen[: len(before)] != before:
+    if run.model is not None and run.seen[: len(before)] != before:
         problems.append("turn 4's model call did not see the earlier turns")
-    if unexpected_pending:
+    if run.left_pending:
         problems.append("changes were left staged after the last commit")
     if problems:
         out.line("history NOT whole:", style="bold red")

@@ -34,9 +34,9 @@ from typing import Any, Protocol
 from urllib.parse import quote, unquote, urlsplit
 
 from ._bulk import CHUNK_ITEMS, ChunkWriter
+from ._redact import redact
 from ._serde import encode_item
 from ._store import Store
-from ._url import redact_url
 from ._validate import validate_identifier, validate_session_id
 from .errors import InvalidItemError, InvalidSessionIdError, SessionError
 
@@ -210,7 +210,7 @@ class SQLAlchemySource:
         self, url: str, sessions_table: str, messages_table: str, schema: str | None
     ) -> None:
         self.url = url
-        self.description = redact_url(url)
+        self.description = redact(url)
         self.sessions_table = _check_table("sessions table", sessions_table)
         self.messages_table = _check_table("messages table", messages_table)
         if schema is not None:
@@ -330,7 +330,7 @@ async def open_source(
     schema: str | None = None,
 ) -> SQLiteFileSource | SQLAlchemySource:
     """Open a migration source from its URL (see the module docstring)."""
-    shown = redact_url(url)
+    shown = redact(url)
     match = re.match(r"^([A-Za-z][A-Za-z0-9+.\-]*)://", url)
     if match is None:
         raise ValueError(

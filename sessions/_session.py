@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._backend import Backend, Batch, RunStateBackend
-from ._commit import DEFAULT_COMMIT_TIMEOUT, apply_batches, interrupted_error
+from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
 from ._locks import CrossLoopLock
 from ._owned import OwnedStores
+from ._policy import DEFAULT_COMMIT_TIMEOUT
 from ._resource import AsyncResource
 from ._sdk import (
     coerce_session_settings,
@@ -464,7 +465,7 @@ class BufferedSession(AsyncResource):
                 if plan is None or plan.keep:
                     return False
                 batch = Batch(uuid.uuid4().hex, False, tuple(plan.pops), tuple(texts), plan.tail)
-            outcome = await apply_batches(store.backend, store.retry, self.session_id, [batch])
+            outcome = await apply_batches(store, self.session_id, [batch])
         if outcome.error is None:
             return True
         if isinstance(outcome.error, CommitConflictError):
@@ -726,7 +727,7 @@ class BufferedSession(AsyncResource):
         if not batches:
             return
         try:
-            outcome = await apply_batches(store.backend, store.retry, self.session_id, batches)
+            outcome = await apply_batches(store, self.session_id, batches)
         except BaseException as exc:  # in flight when it happened: outcome unknown
             self._staging.failed(known=False)
             if isinstance(exc, Exception):

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
 from ._backend import AdminBackend, Backend, SessionInfo
-from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._resource import AsyncResource
 from ._validate import validate_positive_int, validate_seconds, validate_session_id
 from .errors import SessionError, StoreClosedError
@@ -21,6 +22,22 @@ def _check_age(value: object, name: str) -> timedelta:
     if not isinstance(value, timedelta) or value < timedelta(0):
         raise ValueError(f"{name} must be a non-negative timedelta, got {value!r}")
     return value
+
+
+class _CommitSlot:
+    """A commit in flight on a store (a plain class: no async generator on the hot path)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: Store[Any]) -> None:
+        self._store = store
+
+    async def __aenter__(self) -> Backend:
+        self._store._enter_commit()
+        return self._store.backend
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._store._leave_commit()
 
 
 class Store(AsyncResource, Generic[S]):
@@ -54,6 +71,8 @@ class Store(AsyncResource, Generic[S]):
         self._backend = backend
         self._retry = retry or RetryPolicy()
         self._commit_timeout = validate_seconds(commit_timeout, "commit_timeout")
+        self._in_flight = 0
+        self._drained: asyncio.Event | None = None
 
     @property
     def backend(self) -> Backend:
@@ -73,6 +92,20 @@ class Store(AsyncResource, Generic[S]):
         """Refuse use once closing, or from an event loop other than the store's."""
         self._check_open(operation)
         self._check_loop(operation)
+
+    def commit_slot(self, operation: str) -> _CommitSlot:
+        """``async with store.commit_slot(op) as backend``: one commit that ``close()``
+        waits for (retries included). Refused once the store is closing."""
+        self.check_usable(operation)
+        return _CommitSlot(self)
+
+    def _enter_commit(self) -> None:
+        self._in_flight += 1
+
+    def _leave_commit(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight and self._drained is not None:
+            self._drained.set()
 
     def session(
         self,
@@ -108,7 +141,10 @@ class Store(AsyncResource, Generic[S]):
         return self._commit_timeout
 
     async def _aclose(self) -> None:
-        """Close the database handle (waits for in-flight commits)."""
+        """Wait for the commits in flight (none can start now), then close the backend."""
+        if self._in_flight:
+            self._drained = asyncio.Event()
+            await self._drained.wait()
         await self._backend.close()
 
     def __repr__(self) -> str:

@@ -80,6 +80,11 @@ def admin_backend(store: Store[Any], operation: str) -> AdminBackend:
     return backend
 
 
+def _refuse_constant(name: str) -> Any:
+    """``NaN`` / ``Infinity`` in a stored row: not JSON, so not history (import refuses it)."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -243,7 +248,7 @@ async def _export_one(
         rows = await admin.read_range(session_id, after=after, limit=page_size)
         for _key, text in rows:
             try:
-                valid = isinstance(json.loads(text), dict)
+                valid = isinstance(json.loads(text, parse_constant=_refuse_constant), dict)
             except ValueError:
                 valid = False
             if not valid:

@@ -8,8 +8,8 @@
   ``table_prefix`` are taken out and passed to :meth:`PostgresStore.open`; the rest of
   the DSN goes to asyncpg untouched.
 
-Passwords never leave this module in clear: :func:`redact_url` masks them in URLs and
-:func:`scrub` masks them in any text (an error message from a driver, say).
+Passwords never leave this module in clear: every URL and error message goes through
+:func:`sessions._redact.redact`.
 """
 
 from __future__ import annotations
@@ -20,82 +20,17 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from ._redact import redact
 from ._store import Store
 from .errors import SessionError, StorageError
 
-__all__ = ["ParsedURL", "open_store", "parse_url", "redact_url", "scrub"]
+__all__ = ["ParsedURL", "open_store", "parse_url"]
+
+_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+_ENCODE_HINT = "percent-encode @ : / ? # % in a user name or password, e.g. %40 for @"
 
 SQLITE_SCHEMES = ("sqlite",)
 POSTGRES_SCHEMES = ("postgresql", "postgres", "postgresql+asyncpg", "postgres+asyncpg")
-
-_MASK = "***"
-_SCHEME_RE = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
-_QUERY_SECRET_RE = re.compile(r"(?i)([?&](?:password|pass|pwd)=)[^&#]*")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password (in the authority or a ``password=`` query
-    parameter) replaced by ``***``. Never raises; works on malformed URLs too."""
-    if not isinstance(url, str):
-        return repr(type(url))
-    text = _QUERY_SECRET_RE.sub(lambda m: m.group(1) + _MASK, url)
-    match = _SCHEME_RE.match(text)
-    if match is None:
-        return text
-    head, rest = text[: match.end()], text[match.end() :]
-    # The authority runs to the first '/', '?' or '#' after its last '@' (a password
-    # may itself contain unescaped '/' or '?', so look for the '@' first).
-    at = rest.rfind("@", 0, _authority_end(rest))
-    if at < 0:
-        return text
-    userinfo = rest[:at]
-    if ":" not in userinfo:
-        return text
-    user = userinfo.split(":", 1)[0]
-    if "/" in user or "?" in user or "#" in user:  # no authority: '@' is in the path
-        return text
-    return f"{head}{user}:{_MASK}{rest[at:]}"
-
-
-def _authority_end(rest: str) -> int:
-    """Where the authority of ``rest`` (a URL after ``scheme://``) ends."""
-    at = rest.rfind("@")
-    start = at + 1 if at >= 0 else 0
-    for i in range(start, len(rest)):
-        if rest[i] in "/?#":
-            return i
-    return len(rest)
-
-
-def _secrets(url: str) -> list[str]:
-    """The password(s) in ``url``, raw and percent-decoded, longest first."""
-    found: set[str] = set()
-    match = _SCHEME_RE.match(url)
-    if match is not None:
-        rest = url[match.end() :]
-        at = rest.rfind("@", 0, _authority_end(rest))
-        if at >= 0 and ":" in rest[:at]:
-            user, password = rest[:at].split(":", 1)
-            if not any(c in user for c in "/?#"):
-                found.add(password)
-    for m in re.finditer(r"(?i)[?&](?:password|pass|pwd)=([^&#]*)", url):
-        found.add(m.group(1))
-    out: set[str] = set()
-    for secret in found:
-        if secret:
-            out.add(secret)
-            out.add(unquote(secret))
-    return sorted((s for s in out if s), key=len, reverse=True)
-
-
-def scrub(text: str, url: str | None) -> str:
-    """``text`` with ``url`` and any password in it masked (for error messages)."""
-    if not url:
-        return text
-    text = text.replace(url, redact_url(url))
-    for secret in _secrets(url):
-        text = text.replace(secret, _MASK)
-    return text
 
 
 class ParsedURL:
@@ -110,21 +45,21 @@ class ParsedURL:
         self.url = url
 
     def __repr__(self) -> str:
-        return f"<ParsedURL {self.kind} {redact_url(self.url)}>"
+        return f"<ParsedURL {self.kind} {redact(self.url)}>"
 
     @property
     def display(self) -> str:
         """A printable description: the SQLite path, or the redacted URL."""
         if self.kind == "sqlite":
             return self.target
-        return redact_url(self.url)
+        return redact(self.url)
 
 
 def parse_url(url: str) -> ParsedURL:
     """Parse a store URL; ``ValueError`` (naming the problem, password masked) if bad."""
     if not isinstance(url, str):
         raise TypeError(f"database URL must be a str, got {type(url).__name__}")
-    shown = redact_url(url)
+    shown = redact(url)
     if not url.strip():
         raise ValueError("database URL is empty (e.g. sqlite:///sessions.db)")
     match = _SCHEME_RE.match(url)
@@ -204,7 +139,9 @@ def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
         try:
             parts.port  # noqa: B018 - validates the port
         except ValueError:
-            raise ValueError(f"database URL {shown!r}: the port is not a number") from None
+            raise ValueError(
+                f"database URL {shown!r}: the port is not a number ({_ENCODE_HINT})"
+            ) from None
     options: dict[str, Any] = {}
     keep: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
@@ -241,23 +178,23 @@ async def open_store(url: str, *, create: bool = True, **options: Any) -> Store[
         from .postgres import PostgresStore
     except ImportError as exc:
         raise ImportError(
-            f"{redact_url(url)} needs the PostgreSQL backend ({exc.name} is missing): "
+            f"{redact(url)} needs the PostgreSQL backend ({exc.name} is missing): "
             "pip install 'txsessions[postgres]'"
         ) from None
     try:
         return await PostgresStore.open(parsed.target, create=create, **merged)
     except ValueError as exc:
-        raise ValueError(scrub(str(exc), url)) from None
+        raise ValueError(redact(str(exc), [url])) from None
     except TypeError as exc:
-        raise TypeError(scrub(str(exc), url)) from None
+        raise TypeError(redact(str(exc), [url])) from None
     except SessionError as exc:
-        raise StorageError(scrub(str(exc), url)) from None
+        raise StorageError(redact(str(exc), [url])) from None
     except (OSError, TimeoutError) as exc:
         raise StorageError(
-            f"cannot connect to {redact_url(url)}: {scrub(_describe(exc), url)}"
+            f"cannot connect to {redact(url)}: {redact(_describe(exc), [url])}"
         ) from None
     except Exception as exc:  # noqa: BLE001 - asyncpg's errors, reworded without secrets
-        raise StorageError(f"cannot open {redact_url(url)}: {scrub(_describe(exc), url)}") from None
+        raise StorageError(f"cannot open {redact(url)}: {redact(_describe(exc), [url])}") from None
 
 
 def _describe(exc: BaseException) -> str:

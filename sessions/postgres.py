@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -34,7 +33,8 @@ from typing import Any, TypeVar
 import asyncpg  # type: ignore[import-untyped]
 
 from ._backend import Batch, Row, SessionInfo
-from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._redact import redact
 from ._session import BufferedSession
 from ._store import Store
 from ._validate import validate_identifier, validate_positive_int, validate_seconds
@@ -826,9 +826,18 @@ def _info(row: Any) -> SessionInfo:
     return SessionInfo(session_id=row[0], item_count=row[1], created_at=row[2], updated_at=row[3])
 
 
-def _redact(dsn: str) -> str:
-    """The DSN without its password, for error messages."""
-    return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", dsn)
+def _redacted(exc: ValueError | TypeError, dsn: str) -> ValueError | TypeError:
+    """``exc`` reworded without the DSN's password. A driver's message about a DSN that
+    holds a password may quote a piece of it (``invalid literal for int(): 'ss'``), so
+    its text is then left out."""
+    detail = f"{type(exc).__name__}: {redact(str(exc), [dsn])}"
+    if redact(dsn) != dsn:
+        detail = f"{type(exc).__name__} (details not shown: they may quote the password)"
+    kind = ValueError if isinstance(exc, ValueError) else TypeError
+    return kind(
+        f"cannot open a pool on {redact(dsn)}: {detail}; "
+        "percent-encode @ : / ? # % in a user name or password, e.g. %40 for @"
+    )
 
 
 class PostgresStore(Store["PostgresSession"]):
@@ -965,8 +974,10 @@ async def _create_pool(dsn: str, **kwargs: Any) -> Any:
     except Exception as exc:
         error = _classify(exc, "connect", _Phase())
         if error is None:
+            if isinstance(exc, (ValueError, TypeError)):  # e.g. the DSN does not parse
+                raise _redacted(exc, dsn) from None
             raise
-        message = f"cannot open a pool on {_redact(dsn)}: {error}"
+        message = f"cannot open a pool on {redact(dsn)}: {redact(str(error), [dsn])}"
         if isinstance(error, TransientStorageError):
             raise TransientStorageError(message, outcome_known=True) from exc
         raise StorageError(message) from exc

@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 from ._backend import Batch, Row, SessionInfo
-from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
 from ._validate import validate_seconds

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._backend import Batch, Row
-from ._commit import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
 from ._serde import decode_item, encode_item
 from ._session import BufferedSession

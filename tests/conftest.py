@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from sessions import SQLiteStore, Store
+from sessions._redact import redact
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_DSN = os.environ.get("SESSIONS_TEST_POSTGRES_DSN", DEFAULT_PG_DSN)
@@ -52,16 +53,8 @@ def _probe_postgres() -> str | None:
     try:
         run_outside_loop(probe())
     except Exception as exc:  # noqa: BLE001 - reported as the skip reason
-        return f"no PostgreSQL at {_redact(PG_DSN)}: {type(exc).__name__}: {exc}"
+        return redact(f"no PostgreSQL at {PG_DSN}: {type(exc).__name__}: {exc}", [PG_DSN])
     return None
-
-
-def _redact(dsn: str) -> str:
-    if "@" in dsn and ":" in dsn.split("@", 1)[0].split("//", 1)[-1]:
-        scheme, rest = dsn.split("//", 1)
-        creds, host = rest.split("@", 1)
-        return f"{scheme}//{creds.split(':', 1)[0]}:***@{host}"
-    return dsn
 
 
 _PG_PROBLEM: str | None | bool = False  # False: not probed yet

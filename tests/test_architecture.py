@@ -81,14 +81,27 @@ def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 
+def _delegations(tree: ast.Module) -> set[int]:
+    """Calls inside an ``apply`` method: a backend wrapping another one (like the write
+    hooks of ``sessions.testing``) delegates to it, and is itself reached only through
+    the commit path."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "apply":
+            inside.update(id(call) for call in ast.walk(node) if isinstance(call, ast.Call))
+    return inside
+
+
 def test_nothing_outside_the_commit_path_calls_backend_apply() -> None:
     callers: list[str] = []
     for name, tree in _modules().items():
+        delegations = _delegations(tree)
         for node in ast.walk(tree):
             if (
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "apply"
+                and id(node) not in delegations
             ):
                 callers.append(f"{name}:{node.lineno}")
     assert callers and all(c.startswith("sessions._commit:") for c in callers), callers

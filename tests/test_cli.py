@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+import unicodedata
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -52,8 +53,8 @@ async def cli(*args: str, env: Mapping[str, str] | None = None, stdin: str = "")
     """``python -m sessions ARGS`` in a child process (without SESSIONS_DATABASE_URL
     unless ``env`` sets it)."""
     environment = {k: v for k, v in os.environ.items() if k != "SESSIONS_DATABASE_URL"}
-    environment.update(env or {})
     environment["COLUMNS"] = "100"
+    environment.update(env or {})
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -147,7 +148,7 @@ async def test_list_pages_and_json(sample: str) -> None:
     assert "3 sessions" in table.out
 
     assert page.code == 0
-    assert "chat-c" not in page.out and "--after 'chat-b'" in page.out
+    assert "chat-c" not in page.out and "next page: sessions list --after chat-b" in page.out
 
     assert everything.code == 0, everything.err
     rows = json.loads(everything.out)
@@ -297,31 +298,37 @@ async def test_delete_asks_first(sample: str) -> None:
     one_error_line(await cli("delete", "chat-b", "--yes", "--db", sample), "unknown session")
 
 
-async def _age(url: str, session_id: str, days: int) -> None:
-    """Pretend ``session_id`` was last updated ``days`` ago (white-box: the metadata row)."""
+async def white_box(url: str, postgres_sql: str, sqlite_sql: str, *args: Any) -> None:
+    """Run one statement on the store's own tables, bypassing the core (``{table}``
+    names a table of the store, e.g. ``{sessions}``)."""
     store = await open_store(url)
     backend: Any = store.backend
     try:
         if hasattr(backend, "pool"):
+            names = {t: backend.table(t) for t in ("sessions", "items")}
             async with backend.pool.acquire() as conn:
-                await conn.execute(
-                    f"UPDATE {backend.table('sessions')} SET updated_at = updated_at - "
-                    "make_interval(days => $2) WHERE session_id = $1",
-                    session_id,
-                    days,
-                )
+                await conn.execute(postgres_sql.format(**names), *args)
             return
     finally:
         await store.close()
     conn = sqlite3.connect(backend.path)
     try:
         with conn:
-            conn.execute(
-                "UPDATE txs_sessions SET updated_at = updated_at - ? WHERE session_id = ?",
-                (days * 86400, session_id),
-            )
+            conn.execute(sqlite_sql.format(sessions="txs_sessions", items="txs_items"), args)
     finally:
         conn.close()
+
+
+async def _age(url: str, session_id: str, days: int) -> None:
+    """Pretend ``session_id`` was last updated ``days`` ago (the metadata row)."""
+    await white_box(
+        url,
+        "UPDATE {sessions} SET updated_at = updated_at - make_interval(days => $2) "
+        "WHERE session_id = $1",
+        "UPDATE {sessions} SET updated_at = updated_at - ?2 * 86400 WHERE session_id = ?1",
+        session_id,
+        days,
+    )
 
 
 async def test_purge_dry_run_confirmation_and_yes(sample: str) -> None:
@@ -442,7 +449,7 @@ async def test_password_never_printed_on_success(pg_schema: str) -> None:
 async def test_missing_cli_extra_prints_the_install_hint() -> None:
     code = (
         "import sys; sys.modules['typer'] = None; "
-        "from sessions._cli import main; sys.exit(main(['list']))"
+        "from sessions.cli import main; sys.exit(main(['list']))"
     )
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-c", code, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -466,3 +473,209 @@ async def test_reading_a_postgres_schema_without_tables_creates_nothing() -> Non
         assert await conn.fetchval("SELECT 1 FROM pg_namespace WHERE nspname = $1", typo) is None
     finally:
         await conn.close()
+
+
+# --------------------------------------------------------------------------- issue 13
+
+
+async def test_db_before_the_command_name_as_in_the_readme(
+    target: Target, tmp_path: Path, sample: str
+) -> None:
+    backup = tmp_path / "backup.jsonl"
+    exported = await cli("--db", sample, "export", "-o", str(backup))
+    assert exported.code == 0, exported.err
+    other = fresh_url(target, tmp_path)
+    # The README's example: sessions --db postgresql://app@db/app import backup.jsonl
+    imported = await cli("--db", other, "import", str(backup))
+    assert imported.code == 0, imported.err
+    assert "imported 8 items into 3 sessions (0 already present)" in imported.out
+    assert await history(other) == await history(sample)
+    listed = await cli("--db", other, "list", "--json")
+    assert [r["session_id"] for r in json.loads(listed.out)] == ["chat-a", "chat-b", "chat-c"]
+    # Before and after, the same URL: fine; different URLs: neither is silently ignored.
+    same = await cli("--db", other, "stats", "--db", other)
+    assert same.code == 0, same.err
+    both = await cli("--db", other, "stats", "--db", sample)
+    one_error_line(both, "--db", "disagree")
+    assert both.code == 2
+    # --db before the command wins over the environment, as --db after it does.
+    env = {"SESSIONS_DATABASE_URL": "sqlite:///nowhere.db"}
+    assert (await cli("--db", other, "stats", env=env)).code == 0
+
+
+MARKUP_IDS = ["evil[/bold]", "[bold red]loud[/]", ":smile: [link=http://x]y[/link]"]
+
+
+async def test_markup_in_session_ids_and_items_is_printed_literally(db: str) -> None:
+    item = {"role": "user", "content": "[/] [red]not red[/red] :thumbs_up:"}
+    await seed(db, {sid: [item] * (2 if sid == "evil[/bold]" else 1) for sid in MARKUP_IDS})
+    await asyncio.gather(*(_age(db, sid, 40) for sid in MARKUP_IDS))
+    listed, dry, stats, *shown = await asyncio.gather(
+        cli("list", "--db", db, env={"COLUMNS": "200"}),
+        cli("purge", "--older-than", "30d", "--dry-run", "--db", db, env={"COLUMNS": "200"}),
+        cli("stats", "--db", db),
+        *(cli("show", "--db", db, "--", sid) for sid in MARKUP_IDS),
+    )
+    for result in (listed, dry, stats, *shown):
+        assert result.code == 0, result.err
+        assert "MarkupError" not in result.err
+    for sid in MARKUP_IDS:
+        assert sid in listed.out and sid in dry.out
+    for sid, result in zip(MARKUP_IDS, shown, strict=True):
+        assert result.out.startswith(sid + " · ")
+        assert "[/] [red]not red[/red] :thumbs_up:" in result.out
+    assert "largest session:    evil[/bold] (2 items)" in stats.out
+
+
+ESCAPES = "\x1b[2J\x1b]0;pwned\x07\r\x08\x9b31m\u202eevil\u2028"
+VISIBLE = "\\x1b[2J\\x1b]0;pwned\\x07\\r\\x08\\x9b31m\\u202eevil\\u2028"
+
+
+def raw_controls(text: str) -> list[str]:
+    """Characters of ``text`` that would drive a terminal (all but line breaks)."""
+    return sorted(
+        {c for c in text if unicodedata.category(c) == "Cc" and c != "\n"}
+        | ({c for c in text if c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028"})
+    )
+
+
+async def test_terminal_escapes_in_user_text_are_shown_visibly(
+    target: Target, tmp_path: Path, db: str
+) -> None:
+    sid = f"id{ESCAPES}"
+    items = [
+        {"role": "user", "content": f"text{ESCAPES}"},
+        {"type": "function_call", "name": f"tool{ESCAPES}", "arguments": "{}", "call_id": "c1"},
+        {"type": "function_call_output", "call_id": "c1", "output": f"out{ESCAPES}"},
+    ]
+    await seed(db, {sid: items})
+    out = tmp_path / "x.jsonl"
+    results = await asyncio.gather(
+        cli("list", "--db", db, env={"COLUMNS": "300"}),
+        cli("list", "--json", "--db", db),
+        cli("stats", "--db", db),
+        cli("stats", "--json", "--db", db),
+        cli("show", "--db", db, "--", sid),
+        cli("show", "--json", "--db", db, "--", sid),
+        cli("purge", "--older-than", "0s", "--dry-run", "--db", db, env={"COLUMNS": "300"}),
+        cli("export", "-o", "-", "--db", db),
+        cli("export", "-o", str(out), "--db", db),
+        cli("delete", "--db", db, "--", sid),  # asks first: the question holds the id
+        cli("show", "--db", db, "--", f"no{ESCAPES}"),  # an error naming the id
+    )
+    for result in results:
+        assert raw_controls(result.out + result.err) == [], (result.out, result.err)
+    listed, listed_json, stats, stats_json, shown, shown_json, dry, exported = results[:8]
+    assert f"id{VISIBLE}" in listed.out and f"id{VISIBLE}" in dry.out
+    assert f"largest session:    id{VISIBLE} (3 items)" in stats.out
+    assert f"text{VISIBLE}" in shown.out and f"tool{VISIBLE}" in shown.out
+    assert json.loads(listed_json.out)[0]["session_id"] == sid
+    assert json.loads(stats_json.out)["largest_session"]["session_id"] == sid
+    assert json.loads(shown_json.out) == items
+    lines = [json.loads(line) for line in exported.out.splitlines()]
+    assert lines[1]["session"] == sid and lines[2]["item"] == items[0]
+    deleted, unknown = results[-2:]
+    assert "Delete session 'id\\x1b[2J" in deleted.err
+    assert "unknown session 'no\\x1b[2J" in unknown.err
+
+
+async def _corrupt(url: str, session_id: str, text: str) -> None:
+    """Store ``text`` as the newest row of ``session_id``."""
+    await white_box(
+        url,
+        "INSERT INTO {items} (session_id, seq, batch_id, data) VALUES ($1, 1000000, 'c', $2)",
+        "INSERT INTO {items} (session_id, seq, batch_id, data) VALUES (?, 1000000, 'c', ?)",
+        session_id,
+        text,
+    )
+
+
+async def test_show_json_stays_valid_json_with_corrupt_rows(db: str) -> None:
+    await seed(db, {"s": [{"role": "user", "content": "fine"}]})
+    await _corrupt(db, "s", '{"cut": "in the mid')
+    shown = await cli("show", "s", "--json", "--db", db)
+    assert shown.code == 0, shown.err
+    items = json.loads(shown.out, parse_constant=lambda name: pytest.fail(name))
+    assert items[0] == {"role": "user", "content": "fine"}
+    assert items[1]["error"] == "corrupt row" and items[1]["raw"] == '{"cut": "in the mid'
+    assert isinstance(items[1]["key"], int) and "not valid JSON" in items[1]["reason"]
+    text = await cli("show", "s", "--db", db)
+    assert "corrupt" in text.out and '{"cut": "in the mid' in text.out
+
+
+async def test_show_json_reports_nan_and_non_objects_as_corrupt(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'nan.db'}"
+    await seed(url, {"s": [{"n": 1}]})
+    for n, text in enumerate(('{"n": NaN}', "[1, 2]", '"just text"')):
+        conn = sqlite3.connect(tmp_path / "nan.db")
+        with conn:
+            conn.execute(
+                "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES ('s', ?, 'x', ?)",
+                (100 + n, text),
+            )
+        conn.close()
+    shown = await cli("show", "s", "--json", "--db", url)
+    items = json.loads(shown.out, parse_constant=lambda name: pytest.fail(name))
+    assert items[0] == {"n": 1}
+    assert [i["raw"] for i in items[1:]] == ['{"n": NaN}', "[1, 2]", '"just text"']
+    assert [i["error"] for i in items[1:]] == ["corrupt row"] * 3
+
+
+async def test_no_cli_option_is_silently_ignored(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    await seed(url, {"a": [{"role": "user", "content": "x"}]})
+    results = await asyncio.gather(
+        cli("show", "a", "--json", "--max-chars", "50", "--db", url),
+        cli("show", "a", "--json", "--full", "--db", url),
+        cli("show", "a", "--full", "--max-chars", "50", "--db", url),
+        cli("purge", "--older-than", "1d", "--dry-run", "--yes", "--db", url),
+        cli("--db", url, "migrate", "--from", "sqlite:///agents.db", "--to", "sqlite:///o.db"),
+        cli("demo", "--db", "postgresql://u@h/db"),
+        cli("--db", "sqlite://", "demo"),
+    )
+    words = [
+        ("--max-chars", "--json"),
+        ("--full", "--json"),
+        ("--full", "--max-chars"),
+        ("--yes", "--dry-run"),
+        ("--db", "--to", "disagree"),
+        ("demo", "SQLite file"),
+        ("demo", "SQLite file"),
+    ]
+    for result, expected in zip(results, words, strict=True):
+        one_error_line(result, *expected)
+        assert result.code == 2
+    assert (await cli("show", "a", "--max-chars", "10", "--db", url)).code == 0
+
+
+def test_only_the_render_module_prints() -> None:
+    """User-controlled text is made safe in one place: no other CLI module writes output."""
+    package = Path(__file__).resolve().parent.parent / "sessions" / "cli"
+    writes = ("print(", "sys.stdout", "sys.stderr", "Console(", ".echo(")
+    modules = sorted(package.glob("*.py"))
+    assert {m.name for m in modules} >= {"render.py", "app.py", "inspect.py", "transfer.py"}
+    for module in modules:
+        if module.name in ("render.py", "__init__.py"):  # __init__: the install hint only
+            continue
+        source = module.read_text(encoding="utf-8")
+        assert [w for w in writes if w in source] == [], module.name
+
+
+async def test_export_skips_a_stored_nan_row_as_corrupt_so_the_file_imports(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'nan.db'}"
+    await seed(url, {"s": [{"n": 1}]})
+    await _corrupt(url, "s", '{"n": NaN}')
+    out = tmp_path / "export.jsonl"
+    exported = await cli("export", "-o", str(out), "--db", url)
+    assert exported.code == 0, exported.err
+    assert "NaN" not in out.read_text(encoding="utf-8")
+    again = f"sqlite:///{tmp_path / 'again.db'}"
+    imported = await cli("import", str(out), "--db", again)
+    assert imported.code == 0, imported.err
+    store = await open_store(again)
+    try:
+        assert await store.session("s").get_items() == [{"n": 1}]
+    finally:
+        await store.close()

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from sessions import SQLiteStore, open_store
-from sessions._url import parse_url, redact_url, scrub
+from sessions._redact import redact
+from sessions._url import parse_url
 from sessions.errors import StorageError
 
 from .conftest import PG_DSN, require_postgres
@@ -88,18 +89,18 @@ def test_bad_urls_raise_value_error_naming_the_problem(url: str, words: str) -> 
         ("not a url", "not a url"),
     ],
 )
-def test_redact_url(url: str, expected: str) -> None:
-    assert redact_url(url) == expected
+def test_redact_masks_the_password_of_a_url(url: str, expected: str) -> None:
+    assert redact(url) == expected
 
 
-def test_scrub_masks_url_and_bare_password() -> None:
+def test_redact_masks_a_known_url_and_its_bare_password_in_any_text() -> None:
     url = f"postgresql://app:{SECRET}@h/db"
     text = f"connect to {url} failed: password {SECRET!r} rejected"
-    cleaned = scrub(text, url)
+    cleaned = redact(text, [url])
     assert SECRET not in cleaned
     assert "postgresql://app:***@h/db" in cleaned
     encoded = "postgresql://app:a%2Fb%40c@h/db"
-    assert "a/b@c" not in scrub("bad password a/b@c", encoded)
+    assert "a/b@c" not in redact("bad password a/b@c", [encoded])
 
 
 async def test_open_store_sqlite_file_memory_and_missing(tmp_path: Path) -> None:
@@ -171,7 +172,7 @@ async def test_postgres_errors_never_show_the_password(pg_schema: str) -> None:
 def test_package_import_does_not_load_the_cli() -> None:
     code = (
         "import sys, sessions; sessions.open_store; "
-        "bad = [m for m in ('typer', 'rich', 'click', 'sessions._cli') if m in sys.modules]; "
+        "bad = [m for m in ('typer', 'rich', 'click', 'sessions.cli') if m in sys.modules]; "
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

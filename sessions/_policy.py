@@ -1,0 +1,46 @@
+"""How commits are retried and bounded: the policy a store hands to its sessions."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+__all__ = ["DEFAULT_COMMIT_TIMEOUT", "RetryPolicy"]
+
+#: Seconds a caller of ``commit()`` (or an autocommit write, or ``close()``) may be held.
+DEFAULT_COMMIT_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How a commit retries transient failures (lost connection, busy database).
+
+    ``attempts`` counts the first try. Delays grow exponentially from
+    ``initial_delay`` up to ``max_delay`` seconds, with jitter.
+    """
+
+    attempts: int = 5
+    initial_delay: float = 0.05
+    max_delay: float = 2.0
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int):
+            raise TypeError(f"RetryPolicy.attempts must be an int, got {self.attempts!r}")
+        if self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
+        for name in ("initial_delay", "max_delay"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"RetryPolicy.{name} must be a number >= 0, got {value!r}")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based)."""
+        base: float = min(self.max_delay, self.initial_delay * (2.0 ** (attempt - 1)))
+        return base * (0.5 + random.random() / 2)
+
+    def window(self) -> float:
+        """The longest time all the waits between attempts can take."""
+        return sum(
+            min(self.max_delay, self.initial_delay * (2.0 ** (attempt - 1)))
+            for attempt in range(1, self.attempts)
+        )

@@ -1,0 +1,269 @@
+"""In-memory reference backend: small, exact, atomic and idempotent.
+
+Like httpx's ``MockTransport``, it is here for tests: yours (a ``MemorySession`` behaves
+like every other session of this package, minus durability) and the conformance suite's
+(``sessions.testing`` runs against it as the reference every other backend is compared
+with). Nothing is written anywhere: the history lives as long as the
+:class:`MemoryBackend` object.
+
+``apply`` builds the new state of a session on copies and swaps it in only when every
+batch went through, so a failing batch leaves nothing behind; batch ids are remembered
+per session, so a retried batch is skipped. Each call yields to the event loop once, as
+a real driver would, so code under test meets the same interleavings; the state itself
+changes without suspending, so no cancellation can tear it. One event loop at a time:
+like the other backends, it is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from ._backend import Batch, Row, SessionInfo
+from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._session import BufferedSession
+from ._store import Store
+from .errors import ConflictError
+
+__all__ = ["MemoryBackend", "MemorySession", "MemoryStore"]
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class _History:
+    created_at: datetime
+    updated_at: datetime
+    rows: dict[int, str] = field(default_factory=dict)  # insertion order is history order
+    next_key: int = 1
+    batches: dict[str, datetime] = field(default_factory=dict)  # batch id -> applied at
+    run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
+
+    def info(self, session_id: str) -> SessionInfo:
+        return SessionInfo(session_id, len(self.rows), self.created_at, self.updated_at)
+
+
+def _applied(
+    history: _History | None, session_id: str, batches: Sequence[Batch]
+) -> _History | None:
+    """The state after ``batches`` (``None``: nothing new), computed on copies.
+
+    Raises without changing ``history``.
+    """
+    now = _now()
+    if history is None:
+        history = _History(now, now)
+    rows = dict(history.rows)
+    next_key = history.next_key
+    done = dict(history.batches)
+    run_state = history.run_state
+    for batch in batches:
+        if batch.batch_id in done:
+            continue  # applied by an earlier attempt
+        if batch.clear:
+            rows.clear()
+        for key in batch.pops:
+            if rows.pop(key, None) is None:
+                raise ConflictError(
+                    f"session {session_id!r}: popped item {key} was already removed by "
+                    "another writer"
+                )
+        first = next_key
+        for text in batch.items:
+            rows[next_key] = text
+            next_key += 1
+        if batch.tail is not None and any(batch.tail < key < first for key in rows):
+            raise ConflictError(
+                f"session {session_id!r}: items were stored after the end of the history "
+                "this replacement was prepared against"
+            )
+        if batch.run_state is not None:
+            run_state = _run_state_after(run_state, batch, session_id)
+        done[batch.batch_id] = now
+    if len(done) == len(history.batches):
+        return None
+    return _History(history.created_at, now, rows, next_key, done, run_state)
+
+
+def _run_state_after(
+    current: tuple[str | None, int, str | None], batch: Batch, session_id: str
+) -> tuple[str | None, int, str | None]:
+    change = batch.run_state
+    assert change is not None
+    version = current[1]
+    if change.expect_version is not None and change.expect_version != version:
+        raise ConflictError(
+            f"session {session_id!r}: the saved run state is at version {version}, "
+            f"not {change.expect_version} as when it was read"
+        )
+    return change.text, version + 1, change.label
+
+
+class MemoryBackend:
+    """The :class:`~sessions.Backend` protocol (and store operations) over a dict.
+
+    Share one ``MemoryBackend`` between stores to give several "connections" the same
+    data. ``close()`` releases nothing and forgets nothing: the data lives as long as
+    this object.
+    """
+
+    atomic = True
+    idempotent = True
+
+    def __init__(self) -> None:
+        self._sessions: dict[str, _History] = {}
+
+    async def load(self, session_id: str, limit: int | None) -> list[Row]:
+        """The latest ``limit`` stored rows (all when ``None``), oldest first."""
+        await asyncio.sleep(0)
+        history = self._sessions.get(session_id)
+        if history is None or limit == 0:
+            return []
+        rows = list(history.rows.items())
+        return rows if limit is None else rows[-limit:]
+
+    async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
+        """Apply ``batches`` whole or not at all, skipping ids already applied."""
+        await asyncio.sleep(0)
+        changed = _applied(self._sessions.get(session_id), session_id, batches)
+        if changed is not None:
+            self._sessions[session_id] = changed
+
+    async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
+        """The saved run state: ``(text, version, label)``."""
+        await asyncio.sleep(0)
+        history = self._sessions.get(session_id)
+        return (None, 0, None) if history is None else history.run_state
+
+    async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
+        """Which of ``batch_ids`` this session has applied."""
+        await asyncio.sleep(0)
+        history = self._sessions.get(session_id)
+        return set() if history is None else {b for b in batch_ids if b in history.batches}
+
+    async def close(self) -> None:
+        """Nothing to release (idempotent); the data stays readable."""
+
+    # ------------------------------------------------------------ store operations
+
+    async def list_sessions(self, *, limit: int, after: str | None) -> list[SessionInfo]:
+        ids = sorted(s for s in self._sessions if after is None or s > after)
+        return [self._sessions[s].info(s) for s in ids[:limit]]
+
+    async def session_info(self, session_id: str) -> SessionInfo | None:
+        history = self._sessions.get(session_id)
+        return None if history is None else history.info(session_id)
+
+    async def delete_session(
+        self, session_id: str, *, stale_before: datetime | None = None
+    ) -> bool:
+        history = self._sessions.get(session_id)
+        if history is None or (stale_before is not None and history.updated_at >= stale_before):
+            return False
+        del self._sessions[session_id]
+        return True
+
+    async def stale_sessions(
+        self, cutoff: datetime, *, limit: int, after: str | None = None
+    ) -> list[SessionInfo]:
+        stale = sorted(
+            s
+            for s, h in self._sessions.items()
+            if h.updated_at < cutoff and (after is None or s > after)
+        )
+        return [self._sessions[s].info(s) for s in stale[:limit]]
+
+    async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
+        history = self._sessions.get(session_id)
+        if history is None:
+            return []
+        rows = [row for row in history.rows.items() if after is None or row[0] > after]
+        return rows[:limit]
+
+    async def prune_batches(self, cutoff: datetime) -> int:
+        pruned = 0
+        for history in self._sessions.values():
+            old = [b for b, at in history.batches.items() if at < cutoff]
+            for batch_id in old:
+                del history.batches[batch_id]
+            pruned += len(old)
+        return pruned
+
+
+class MemoryStore(Store["MemorySession"]):
+    """Sessions over one :class:`MemoryBackend`.
+
+    ``store = await MemoryStore.open()`` makes a backend of its own;
+    ``MemoryStore.open(backend)`` shares one, like a second connection to a database.
+    """
+
+    def __init__(
+        self,
+        backend: MemoryBackend,
+        *,
+        retry: RetryPolicy | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+    ) -> None:
+        if not isinstance(backend, MemoryBackend):
+            raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
+        super().__init__(backend, retry=retry, commit_timeout=commit_timeout)
+        self.session_class = MemorySession
+        self.memory = backend
+
+    @classmethod
+    async def open(
+        cls,
+        backend: MemoryBackend | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+    ) -> MemoryStore:
+        """A store over ``backend`` (a new, empty one when ``None``)."""
+        shared = MemoryBackend() if backend is None else backend
+        return cls(shared, retry=retry, commit_timeout=commit_timeout)
+
+
+class MemorySession(BufferedSession):
+    """A buffered session kept in memory.
+
+    ``MemorySession(session_id)`` keeps its history in a backend of its own;
+    ``MemorySession(session_id, backend=shared)`` shares one with other sessions and
+    stores. ``store=`` borrows a :class:`MemoryStore` (never closed by the session).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        backend: MemoryBackend | None = None,
+        store: MemoryStore | None = None,
+        autocommit: bool = False,
+        session_settings: Any = None,
+        commit_timeout: float | None = None,
+    ) -> None:
+        options: dict[str, Any] = {
+            "autocommit": autocommit,
+            "session_settings": session_settings,
+            "commit_timeout": commit_timeout,
+        }
+        if store is not None:
+            if backend is not None:
+                raise TypeError("pass either backend= or store=, not both")
+            if not isinstance(store, MemoryStore):
+                raise TypeError(f"store must be a MemoryStore, got {type(store).__name__}")
+            super().__init__(session_id, store=store, **options)
+            return
+        if backend is not None and not isinstance(backend, MemoryBackend):
+            raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
+        shared = MemoryBackend() if backend is None else backend
+        store_timeout = DEFAULT_COMMIT_TIMEOUT if commit_timeout is None else commit_timeout
+
+        async def factory() -> Store[Any]:
+            return MemoryStore(shared, commit_timeout=store_timeout)
+
+        super().__init__(session_id, store_factory=factory, **options)
