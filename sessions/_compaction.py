@@ -25,7 +25,15 @@ from ._backend import Backend
 from ._serde import decode_item
 from ._staging import Staging
 
-__all__ = ["Ident", "Plan", "Window", "plan_replacement", "read_window"]
+__all__ = ["PAIRING_CHECK", "Ident", "Plan", "Window", "plan_replacement", "read_window"]
+
+#: Where the package's tool-call pairing rules (issue 14, ``sessions/_history.py``, not
+#: written yet) plug in: ``check(removed)`` gets the items a replacement would remove
+#: from the end of the history; ``False`` (a tool call and its output would be split:
+#: one removed, the other kept) refuses the replacement. ``None`` until then: the SDK
+#: itself never asks to replace an end of history that would split a tool call from its
+#: output (``tests/test_sdk_compaction.py`` checks that it does not).
+PAIRING_CHECK: Callable[[list[Any]], bool] | None = None
 
 #: ``(0, row_key, "")`` for a stored item, ``(1, position, text)`` for a staged one.
 Ident = tuple[int, int, str]
@@ -126,6 +134,8 @@ async def plan_replacement(
         return None
     window = await read_window(backend, session_id, staging, len(expected))
     if window is None or window.idents != expected:
+        return None
+    if PAIRING_CHECK is not None and not PAIRING_CHECK(window.items):
         return None
     clear, popped, staged = staging.view()
     pops = [key for kind, key, _ in expected if kind == 0]

@@ -52,9 +52,6 @@ logger = logging.getLogger("sessions")
 
 T = TypeVar("T")
 
-#: How often an autocommit pop reads again after a conflict (another writer popped first).
-_POP_REREADS = 5
-
 
 #: A suffix replacement to plan: the expected end, the prune rule, the new items.
 _Suffix = tuple[list[Ident], "Callable[[Any], bool] | None", list[str]]
@@ -689,9 +686,7 @@ class BufferedSession(AsyncResource):
 
     async def _autocommit_pop(self) -> Any:
         policy = (await self._ready_store("pop_item")).retry
-        # A conflict applied nothing, so reading again is always safe, also where the
-        # store retries nothing else (the wrapper's): at least _POP_REREADS attempts.
-        attempts = max(policy.attempts, _POP_REREADS)
+        attempts = policy.attempts
         for attempt in range(1, attempts + 1):
             async with self._lock:
                 await self._settle("pop_item")

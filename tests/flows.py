@@ -20,7 +20,8 @@ import pytest
 
 from sessions import BufferedSession, Store, TransactionalSession
 from tests.conftest import Target, make_target
-from tests.sdk import SINCE, has, need_sdk
+from tests.sdk import SINCE, has
+from tests.sdk import need_sdk as _need_sdk
 
 SINCE.update(
     {
@@ -48,6 +49,43 @@ __all__ = [
     "open_kind",
     "summary_text",
 ]
+
+
+def _present(feature: str) -> bool | None:
+    """Whether the installed SDK has ``feature``, as detected (``None``: not ours to detect)."""
+    if feature == "compaction_session":
+        import agents.memory
+
+        return hasattr(agents.memory, "OpenAIResponsesCompactionSession")
+    if feature == "session_run_context":
+        import agents.memory.session
+
+        return hasattr(agents.memory.session, "_session_accepts_wrapper")
+    if feature == "compaction_snapshot":
+        from sessions._sdk import make_compaction_snapshot
+
+        async def replace(start: int, output: list[Any]) -> bool:
+            return False
+
+        return make_compaction_snapshot([], True, replace) is not None
+    if feature == "atomic_replace_items":
+        import inspect
+
+        from agents.memory import openai_responses_compaction_session as module
+
+        return "_atomic_replace_items" in inspect.getsource(module)
+    return None
+
+
+def need_sdk(feature: str) -> None:
+    """``tests.sdk.need_sdk``, with the hooks of these flows detected: a release that
+    should have one but where we do not find it fails the test (our detection or the
+    SDK changed), instead of passing without the feature."""
+    _need_sdk(feature)
+    present = _present(feature)
+    if present is not None:
+        _need_sdk(feature, present=present)
+
 
 #: Where a history lives: our backends in both modes, and the wrapper over the SDK's own
 #: SQLiteSession (a file) in both modes.

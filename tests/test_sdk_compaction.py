@@ -506,3 +506,23 @@ async def test_no_snapshot_when_an_item_in_it_is_unreadable(ours: Opened, sid: s
     # the SDK then keeps the history as it is.
     assert await snapshot(ours, 2) is None
     assert texts_of(await ours.session.get_items()) == ["q1", "q2"]  # reads skip it
+
+
+async def test_a_pairing_rule_in_the_hook_can_refuse_a_replacement(
+    opened: Opened, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sessions._compaction.PAIRING_CHECK``: where issue 14's tool-pairing rules plug in."""
+    from sessions import _compaction
+
+    await five_items(opened)
+    asked: list[list[str]] = []
+
+    def refuse(removed: list[Any]) -> bool:
+        asked.append(texts_of(removed))
+        return False
+
+    monkeypatch.setattr(_compaction, "PAIRING_CHECK", refuse)
+    snap = await snapshot(opened, 2)
+    assert await snap.replace_suffix(0, [msg("summary")]) is False
+    assert asked == [["q4", "q5"]]
+    assert texts_of(await opened.session.get_items()) == ["q1", "q2", "q3", "q4", "q5"]
