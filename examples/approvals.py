@@ -44,6 +44,7 @@ import json
 import logging
 import os
 import re
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -146,14 +147,18 @@ class Approvals:
         self.store = store
         self.agent = agent
         self.config = config
-        self._locks: dict[str, asyncio.Lock] = {}
+        # One lock per conversation, forgotten when no request holds it.
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def _session(self, conversation_id: str) -> BufferedSession:
         session: BufferedSession = self.store.session(conversation_id)
         return session
 
     def _lock(self, conversation_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(conversation_id, asyncio.Lock())
+        lock = self._locks.get(conversation_id)
+        if lock is None:
+            lock = self._locks[conversation_id] = asyncio.Lock()
+        return lock
 
     async def _run(self, session: BufferedSession, run_input: Any) -> Any:
         """One run inside the caller's transaction; its state is saved if it stops."""
