@@ -175,7 +175,12 @@ _SQL_STALE = (
 _SQL_RANGE = (
     "SELECT seq, data FROM {items} WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
 )
-_SQL_PRUNE = "DELETE FROM {batches} WHERE committed_at < $1"
+_SQL_PRUNE = (
+    "DELETE FROM {batches} WHERE committed_at < $1 AND NOT EXISTS (SELECT 1 FROM "
+    "unnest($2::text[]) AS k(prefix) WHERE left(batch_id, length(k.prefix)) = k.prefix)"
+)
+# A restore (import) gives the session the times of its export: $2 created, $3 updated.
+_SQL_RESTORE_TIMES = "UPDATE {sessions} SET created_at = $2, updated_at = $3 WHERE session_id = $1"
 _SQL_DELETE_LOCK = "SELECT updated_at FROM {sessions} WHERE session_id = $1 FOR UPDATE"
 _SQL_DELETE_ITEMS = "DELETE FROM {items} WHERE session_id = $1"
 _SQL_DELETE_BATCHES = "DELETE FROM {batches} WHERE session_id = $1"
@@ -240,6 +245,7 @@ class _Sql:
     stale: str
     range: str
     prune: str
+    restore_times: str
     delete: tuple[str, str, str, str]
 
     @classmethod
@@ -257,6 +263,7 @@ class _Sql:
             stale=s(_SQL_STALE),
             range=s(_SQL_RANGE),
             prune=s(_SQL_PRUNE),
+            restore_times=s(_SQL_RESTORE_TIMES),
             delete=(
                 s(_SQL_DELETE_LOCK),
                 s(_SQL_DELETE_ITEMS),
@@ -445,7 +452,8 @@ class PostgresBackend:
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
         if not batches:
             return
-        if len(batches) == 1 and not batches[0].clear and not batches[0].pops:
+        first = batches[0]
+        if len(batches) == 1 and not first.clear and not first.pops and first.restore_times is None:
             await self._run(
                 "commit", lambda conn, phase: self._append(conn, phase, session_id, batches[0])
             )
@@ -479,6 +487,8 @@ class PostgresBackend:
                     f"session {session_id!r}: {len(batch.pops) - removed} of "
                     f"{len(batch.pops)} popped item(s) were already removed by another writer"
                 )
+            if recorded and batch.restore_times is not None:
+                await conn.execute(self._sql.restore_times, session_id, *batch.restore_times)
         phase.commit_sent = True
         await conn.execute("COMMIT")
 
@@ -563,12 +573,13 @@ class PostgresBackend:
         rows = await self._fetch("read_range", self._sql.range, session_id, start, limit)
         return [(row[0], row[1]) for row in rows]
 
-    async def prune_batches(self, cutoff: datetime) -> int:
+    async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         if cutoff.tzinfo is None:
             cutoff = cutoff.replace(tzinfo=timezone.utc)
+        keep = list(keep_prefixes)
 
         async def run(conn: Any, phase: _Phase) -> int:
-            status: str = await conn.execute(self._sql.prune, cutoff)
+            status: str = await conn.execute(self._sql.prune, cutoff, keep)
             return int(status.rsplit(" ", 1)[-1])
 
         return await self._run("prune_batches", run)
