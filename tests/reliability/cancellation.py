@@ -25,7 +25,7 @@ from sessions import BufferedSession, RetryPolicy, Store
 from sessions.errors import CommitError
 
 from .gate import MODES, GatedStore, Outcome, sweep
-from .harness import TargetLike
+from .harness import TargetLike, read_history
 from .invariant import Ledger, check_history, make_batch, parse_batches
 
 W = 0  # writer id used by every single-writer scenario
@@ -42,18 +42,14 @@ def _count(stored: list[Any], batch: int) -> int:
 
 @dataclass
 class Ctx:
+    target: TargetLike  # the database, read raw by ``stored``
     real: Store[Any]  # the store under the gate
-    verify: Store[Any]  # an independent store on the same database, for reads
     gated: GatedStore
     gated_once: GatedStore  # retry=attempts 1, for unknown-outcome set-ups
 
     async def stored(self, sid: str) -> list[Any]:
-        session = self.verify.session(sid)
-        try:
-            items: list[Any] = await session.get_items()
-            return items
-        finally:
-            await session.close()
+        """The raw rows' history; what is wrong with them is in ``.problems``."""
+        return await read_history(self.target, sid)
 
     async def seed(self, sid: str, batches: list[int]) -> list[Any]:
         session = self.real.session(sid)
@@ -82,6 +78,7 @@ async def _finish(ctx: Ctx, s: BufferedSession, sid: str, problems: list[str]) -
         after = await ctx.stored(sid)
         if after != stored + extra:
             problems.append("a commit after the interruption did not append exactly its batch")
+        problems += getattr(after, "problems", [])  # the raw rows and metadata at the end
     except Exception as exc:  # noqa: BLE001 - a broken session is a violation
         problems.append(f"session unusable afterwards: {type(exc).__name__}: {exc}")
     finally:
@@ -315,10 +312,9 @@ SCENARIOS: dict[str, Callable[[Ctx], tuple[Make, Judge]]] = {
 
 async def open_ctx(target: TargetLike) -> Ctx:
     real = await target.open()
-    verify = await target.open()
     return Ctx(
+        target=target,
         real=real,
-        verify=verify,
         gated=GatedStore(real),
         gated_once=GatedStore(real, retry=RetryPolicy(attempts=1, initial_delay=0.0)),
     )

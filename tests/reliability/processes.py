@@ -132,17 +132,10 @@ async def concurrent_writers(
     problems += [
         f"shared session: {x}" for x in check_history(await read_history(target, shared), ledger)
     ]
-    store = await open_url(target.url)
-    try:
-        for w in ledger.confirmed:
-            own = Ledger({w: list(range(batches))})
-            session = store.session(f"{shared}-own-{w}")
-            problems += [
-                f"session of writer {w}: {x}" for x in check_history(await session.get_items(), own)
-            ]
-            await session.close()
-    finally:
-        await store.close()
+    for w in ledger.confirmed:
+        own = Ledger({w: list(range(batches))})
+        history = await read_history(target, f"{shared}-own-{w}")
+        problems += [f"session of writer {w}: {x}" for x in check_history(history, own)]
     return procs * tasks * batches * 2, problems
 
 
@@ -182,6 +175,7 @@ async def concurrent_poppers(
     left = await read_history(target, sid)
     if left:
         problems.append(f"{len(left)} item(s) left after every popper saw an empty session")
+    problems += left.problems
     return items, problems, {"conflicts surfaced": conflicts, "popped per process": per_process}
 
 
