@@ -321,14 +321,27 @@ async def open_ctx(target: TargetLike) -> Ctx:
 
 
 async def run_sweep(
-    target: TargetLike, names: list[str] | None = None, modes: tuple[str, ...] = MODES
+    target: TargetLike,
+    names: list[str] | None = None,
+    modes: tuple[str, ...] = MODES,
+    *,
+    stats: dict[str, int] | None = None,
 ) -> dict[str, tuple[int, list[str]]]:
-    """``{scenario: (interruptions tried, violations)}`` for every operation."""
+    """``{scenario: (interruptions tried, violations)}`` for every operation.
+
+    ``stats["commit in flight"]`` (if given) counts the interruptions that landed while
+    a ``Backend.apply`` (a commit's database call) was running.
+    """
     ctx = await open_ctx(target)
     results: dict[str, tuple[int, list[str]]] = {}
-    for name in names or list(SCENARIOS):
-        make, judge = SCENARIOS[name](ctx)
-        results[name] = await sweep(
-            ctx.gated_once.gate if "unknown" in name else ctx.gated.gate, make, judge, modes=modes
-        )
+    try:
+        for name in names or list(SCENARIOS):
+            make, judge = SCENARIOS[name](ctx)
+            gate = ctx.gated_once.gate if "unknown" in name else ctx.gated.gate
+            results[name] = await sweep(gate, make, judge, modes=modes)
+    finally:
+        await ctx.real.close()
+    if stats is not None:
+        hits = ctx.gated.gate.interrupted_commits + ctx.gated_once.gate.interrupted_commits
+        stats["commit in flight"] = stats.get("commit in flight", 0) + hits
     return results
