@@ -91,7 +91,9 @@ _SQL_VERSION_TABLE = (
 )
 
 # The common commit: one batch of items only, one statement, one round trip.
-# $1 session_id, $2 batch_id, $3 items text[], $4 item count.
+# $1 session_id, $2 batch_id, $3 items text[], $4 item count. now() is when the
+# transaction started; a commit that started earlier but got the row later must not move
+# updated_at back, hence GREATEST (here and in _SQL_BATCH).
 _SQL_APPEND = """
 WITH b AS (
     INSERT INTO {batches} (session_id, batch_id, committed_at)
@@ -102,7 +104,7 @@ WITH b AS (
     INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq)
     SELECT $1, now(), now(), $4::bigint, $4::bigint + 1 FROM b
     ON CONFLICT (session_id) DO UPDATE SET
-        updated_at = excluded.updated_at,
+        updated_at = GREATEST(t.updated_at, excluded.updated_at),
         item_count = t.item_count + excluded.item_count,
         next_seq = t.next_seq + excluded.item_count
     RETURNING t.next_seq - $4::bigint AS base
@@ -136,7 +138,7 @@ WITH b AS (
     RETURNING seq
 ), s AS (
     UPDATE {sessions} SET
-        updated_at = now(),
+        updated_at = GREATEST(updated_at, now()),
         item_count = CASE WHEN $3::boolean THEN $6::bigint
                           ELSE item_count - (SELECT count(*) FROM d) + $6::bigint END,
         next_seq = next_seq + $6::bigint

@@ -79,7 +79,7 @@ _SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
 _SQL_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
     "VALUES (?1, ?2, ?2, ?3, ?3 + 1) "
-    "ON CONFLICT (session_id) DO UPDATE SET updated_at = ?2, "
+    "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, ?2), "
     "item_count = CASE WHEN ?4 THEN ?3 ELSE item_count - ?5 + ?3 END, "
     "next_seq = next_seq + ?3 "
     "RETURNING next_seq - ?3"
@@ -209,9 +209,11 @@ def _apply_group(conn: sqlite3.Connection, entries: list[tuple[str, Sequence[Bat
         except Exception as exc:  # noqa: BLE001 - returned to its waiter
             return [exc]
         return [None]
-    now = time.time()
     outcome: _Outcome = []
     conn.execute("BEGIN IMMEDIATE")
+    # The time is read once the write lock is held: a commit another process made while
+    # this one waited for it never carries a later time than ours (updated_at only grows).
+    now = time.time()
     try:
         for session_id, batches in entries:
             conn.execute("SAVEPOINT txs_entry")

@@ -175,7 +175,9 @@ def render_readme(data: Data) -> str:
         f"`{command}` at commit `{commit}` ({date})" for date, commit, command in _runs(data)
     )
     return (
-        f"Latest soak: {violations} violations in " + ", ".join(parts) + f". Measured by {runs}; "
+        f"Latest soak: {violations} violation{'' if violations == 1 else 's'} in "
+        + ", ".join(parts)
+        + f". Measured by {runs}; "
         "every figure in [docs/RELIABILITY.md](docs/RELIABILITY.md#latest-soak-figures).\n"
     )
 
