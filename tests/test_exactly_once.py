@@ -117,9 +117,8 @@ async def test_prune_refuses_an_age_shorter_than_the_longest_retry_window_naming
     assert await store.prune_batch_records(timedelta(seconds=350)) >= 0
 
 
-async def test_a_commit_retried_after_a_prune_is_not_applied_twice(
-    target: Target, sid: str
-) -> None:
+async def _unknown_outcome_commit(target: Target, sid: str) -> tuple[Store[Any], Any]:
+    """A session whose commit reached the database, but the caller could not know."""
     store: Store[Any] = await target.open(retry=RetryPolicy(attempts=1))
     session = store.session(sid)
     proxy = install_proxy(store)
@@ -133,8 +132,23 @@ async def test_a_commit_retried_after_a_prune_is_not_applied_twice(
         await session.commit()
     assert info.value.outcome_known is False
     proxy.after_apply = None
+    return store, session
+
+
+async def test_a_commit_retried_after_a_prune_is_not_applied_twice(
+    target: Target, sid: str
+) -> None:
+    store, session = await _unknown_outcome_commit(target, sid)
     with contextlib.suppress(ValueError):  # refused now (the test above); accepted before
         await store.prune_batch_records(timedelta(0))
-    await store.prune_batch_records(timedelta(seconds=store.min_batch_record_age))
     await session.commit()  # the same batch again: its record must still be there
+    assert await stored(target, sid) == [msg("1"), msg("2")]
+
+
+async def test_pruning_at_the_shortest_allowed_age_keeps_a_commit_that_may_be_retried(
+    target: Target, sid: str
+) -> None:
+    store, session = await _unknown_outcome_commit(target, sid)
+    await store.prune_batch_records(timedelta(seconds=store.min_batch_record_age))
+    await session.commit()
     assert await stored(target, sid) == [msg("1"), msg("2")]

@@ -60,11 +60,11 @@ async def test_export_then_import_into_the_same_store_duplicates_nothing(
     path = str(tmp_path / "backup.jsonl")
     await export_sessions(store, path, [f"{sid}-a", f"{sid}-b"])
     result = await import_sessions(store, path)  # the default mode
+    assert await items_of(store, f"{sid}-a") == [msg("1"), msg("2")]
+    assert await items_of(store, f"{sid}-b") == [msg("3")]
     assert result.added == 0
     assert sorted(result.skipped) == [f"{sid}-a", f"{sid}-b"]
     assert result.skipped_items == 3
-    assert await items_of(store, f"{sid}-a") == [msg("1"), msg("2")]
-    assert await items_of(store, f"{sid}-b") == [msg("3")]
 
 
 async def test_import_keeps_the_exported_created_and_updated_times(
@@ -84,13 +84,13 @@ async def test_import_keeps_the_exported_created_and_updated_times(
     for s in before:
         assert await source.delete_session(s)
     result = await import_sessions(source, path)
-    assert result.added == 2 and not result.skipped
     for s, info in before.items():
         after = await source.session_info(s)
         assert info is not None and after is not None
         assert (after.created_at, after.updated_at) == (info.created_at, info.updated_at), s
         assert after.item_count == info.item_count
     assert await items_of(source, sid) == [msg("1"), msg("2")]
+    assert result.added == 2 and not result.skipped
 
 
 async def test_skip_mode_carries_on_with_an_import_that_was_interrupted(
