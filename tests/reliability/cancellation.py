@@ -25,7 +25,7 @@ from sessions import BufferedSession, RetryPolicy, Store
 from sessions.errors import CommitError
 
 from .gate import MODES, GatedStore, Outcome, sweep
-from .harness import TargetLike, read_history
+from .harness import RawReader, TargetLike, read_history
 from .invariant import Ledger, check_history, make_batch, parse_batches
 
 W = 0  # writer id used by every single-writer scenario
@@ -46,10 +46,11 @@ class Ctx:
     real: Store[Any]  # the store under the gate
     gated: GatedStore
     gated_once: GatedStore  # retry=attempts 1, for unknown-outcome set-ups
+    reader: RawReader
 
     async def stored(self, sid: str) -> list[Any]:
         """The raw rows' history; what is wrong with them is in ``.problems``."""
-        return await read_history(self.target, sid)
+        return await read_history(self.target, sid, reader=self.reader)
 
     async def seed(self, sid: str, batches: list[int]) -> list[Any]:
         session = self.real.session(sid)
@@ -314,6 +315,7 @@ async def open_ctx(target: TargetLike) -> Ctx:
     real = await target.open()
     return Ctx(
         target=target,
+        reader=RawReader(target),
         real=real,
         gated=GatedStore(real),
         gated_once=GatedStore(real, retry=RetryPolicy(attempts=1, initial_delay=0.0)),
@@ -340,6 +342,7 @@ async def run_sweep(
             gate = ctx.gated_once.gate if "unknown" in name else ctx.gated.gate
             results[name] = await sweep(gate, make, judge, modes=modes)
     finally:
+        await ctx.reader.close()
         await ctx.real.close()
     if stats is not None:
         hits = ctx.gated.gate.interrupted_commits + ctx.gated_once.gate.interrupted_commits

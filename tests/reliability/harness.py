@@ -106,22 +106,50 @@ async def pg_execute(sql: str, *args: Any, dsn: str = PG_DSN) -> Any:
         await conn.close()
 
 
-async def read_history(target: TargetLike, session_id: str) -> History:
-    """The stored history, from the raw rows (a connection of its own, one snapshot).
+async def read_history(
+    target: TargetLike, session_id: str, *, reader: RawReader | None = None
+) -> History:
+    """The stored history, from the raw rows (one snapshot).
 
     Every row is checked (:func:`~tests.reliability.invariant.check_rows`): the result
-    holds the items of the valid rows and, in ``.problems``, everything wrong.
+    holds the items of the valid rows and, in ``.problems``, everything wrong. Reads
+    through ``reader`` (one connection kept open) when given, else a connection of its own.
     """
-    return check_rows(await read_raw(target, session_id))
+    if reader is not None:
+        return check_rows(await reader.read(session_id))
+    async with RawReader(target) as own:
+        return check_rows(await own.read(session_id))
 
 
-async def read_raw(target: TargetLike, session_id: str) -> RawSession:
-    """Rows, metadata and batch records of one session, as the database holds them."""
-    if target.kind == "sqlite":
-        assert target.sqlite_path is not None
-        return await asyncio.to_thread(_sqlite_raw, target.sqlite_path, session_id)
-    assert target.pg_schema is not None
-    return await _postgres_raw(target.pg_schema, session_id)
+class RawReader:
+    """Reads sessions' raw rows over one connection (PostgreSQL) kept for many reads."""
+
+    def __init__(self, target: TargetLike) -> None:
+        self.target = target
+        self._pg: Any = None
+
+    async def read(self, session_id: str) -> RawSession:
+        """Rows, metadata and batch records of one session, as the database holds them."""
+        if self.target.kind == "sqlite":
+            assert self.target.sqlite_path is not None
+            return await asyncio.to_thread(_sqlite_raw, self.target.sqlite_path, session_id)
+        assert self.target.pg_schema is not None
+        if self._pg is None or self._pg.is_closed():
+            import asyncpg
+
+            self._pg = await asyncpg.connect(PG_DSN, timeout=10)
+        return await _postgres_raw(self._pg, self.target.pg_schema, session_id)
+
+    async def close(self) -> None:
+        pg, self._pg = self._pg, None
+        if pg is not None:
+            await pg.close()
+
+    async def __aenter__(self) -> RawReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
 
 def _sqlite_raw(path: str, session_id: str) -> RawSession:
@@ -156,31 +184,24 @@ def _sqlite_raw(path: str, session_id: str) -> RawSession:
     )
 
 
-async def _postgres_raw(schema: str, session_id: str) -> RawSession:
-    import asyncpg
-
+async def _postgres_raw(conn: Any, schema: str, session_id: str) -> RawSession:
     def table(name: str) -> str:
         return f'"{schema}"."txs_{name}"'
 
-    conn = await asyncpg.connect(PG_DSN, timeout=10)
-    try:
-        async with conn.transaction(isolation="repeatable_read", readonly=True):
-            rows = await conn.fetch(
-                f"SELECT seq, batch_id, data FROM {table('items')} WHERE session_id = $1 "
-                "ORDER BY seq",
-                session_id,
-            )
-            meta = await conn.fetchrow(
-                f"SELECT item_count, next_seq, created_at, updated_at FROM {table('sessions')} "
-                "WHERE session_id = $1",
-                session_id,
-            )
-            records = await conn.fetch(
-                f"SELECT batch_id, committed_at FROM {table('batches')} WHERE session_id = $1",
-                session_id,
-            )
-    finally:
-        await conn.close()
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        rows = await conn.fetch(
+            f"SELECT seq, batch_id, data FROM {table('items')} WHERE session_id = $1 ORDER BY seq",
+            session_id,
+        )
+        meta = await conn.fetchrow(
+            f"SELECT item_count, next_seq, created_at, updated_at FROM {table('sessions')} "
+            "WHERE session_id = $1",
+            session_id,
+        )
+        records = await conn.fetch(
+            f"SELECT batch_id, committed_at FROM {table('batches')} WHERE session_id = $1",
+            session_id,
+        )
     return RawSession(
         session_id,
         [RawRow(row[0], row[1], row[2]) for row in rows],
