@@ -126,7 +126,7 @@ def render_table(data: Data) -> str:
         lines += ["", "Violations seen (the first few per scenario):", ""]
         lines += [f"- {k}: {json.dumps(e[:300], ensure_ascii=False)}" for k, e in examples]
     # "--" may not appear inside an HTML comment; a JSON escape keeps the value exact.
-    blob = json.dumps(data, sort_keys=True, ensure_ascii=False).replace("--", "-\\u002d")
+    blob = json.dumps(data, ensure_ascii=False).replace("--", "-\\u002d")
     lines += ["", f"<!-- soak-data {blob} -->", ""]
     return "\n".join(lines)
 
