@@ -28,12 +28,17 @@ class Batch:
     ``pops`` deletes exactly these rows (all must still exist, otherwise the backend
     raises :class:`~sessions.errors.ConflictError`); then ``items`` are appended,
     contiguous and in order, after every item already stored.
+
+    ``restore_times`` (restores only: ``sessions import``) is ``(created_at,
+    updated_at)``: when the batch is applied, the session's metadata takes these
+    times instead of the commit's, in the same transaction. ``None`` for every commit.
     """
 
     batch_id: str
     clear: bool
     pops: tuple[int, ...]
     items: tuple[str, ...]
+    restore_times: tuple[datetime, datetime] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,10 @@ class AdminBackend(Protocol):
         """Up to ``limit`` rows with key > ``after`` (all keys when ``None``), oldest first."""
         ...
 
-    async def prune_batches(self, cutoff: datetime) -> int:
-        """Forget the ids of batches committed before ``cutoff``; return how many."""
+    async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
+        """Forget the ids of batches committed before ``cutoff``; return how many.
+
+        Ids that start with one of ``keep_prefixes`` (the bulk writers' ids, see
+        :func:`sessions._commit.derived_batch_id`) are kept, however old.
+        """
         ...

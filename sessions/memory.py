@@ -60,6 +60,7 @@ def _applied(
     rows = dict(history.rows)
     next_key = history.next_key
     done = dict(history.batches)
+    created, updated = history.created_at, history.updated_at
     for batch in batches:
         if batch.batch_id in done:
             continue  # applied by an earlier attempt
@@ -75,9 +76,12 @@ def _applied(
             rows[next_key] = text
             next_key += 1
         done[batch.batch_id] = now
+        updated = max(updated, now)
+        if batch.restore_times is not None:  # a restore (import): the export's times
+            created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(history.created_at, now, rows, next_key, done)
+    return _History(created, updated, rows, next_key, done)
 
 
 class MemoryBackend:
@@ -155,10 +159,11 @@ class MemoryBackend:
         rows = [row for row in history.rows.items() if after is None or row[0] > after]
         return rows[:limit]
 
-    async def prune_batches(self, cutoff: datetime) -> int:
+    async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         pruned = 0
+        keep = tuple(keep_prefixes)
         for history in self._sessions.values():
-            old = [b for b, at in history.batches.items() if at < cutoff]
+            old = [b for b, at in history.batches.items() if at < cutoff and not b.startswith(keep)]
             for batch_id in old:
                 del history.batches[batch_id]
             pruned += len(old)

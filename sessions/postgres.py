@@ -91,7 +91,9 @@ _SQL_VERSION_TABLE = (
 )
 
 # The common commit: one batch of items only, one statement, one round trip.
-# $1 session_id, $2 batch_id, $3 items text[], $4 item count.
+# $1 session_id, $2 batch_id, $3 items text[], $4 item count. now() is when the
+# transaction started; a commit that started earlier but got the row later must not move
+# updated_at back, hence GREATEST (here and in _SQL_BATCH).
 _SQL_APPEND = """
 WITH b AS (
     INSERT INTO {batches} (session_id, batch_id, committed_at)
@@ -102,7 +104,7 @@ WITH b AS (
     INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq)
     SELECT $1, now(), now(), $4::bigint, $4::bigint + 1 FROM b
     ON CONFLICT (session_id) DO UPDATE SET
-        updated_at = excluded.updated_at,
+        updated_at = GREATEST(t.updated_at, excluded.updated_at),
         item_count = t.item_count + excluded.item_count,
         next_seq = t.next_seq + excluded.item_count
     RETURNING t.next_seq - $4::bigint AS base
@@ -136,7 +138,7 @@ WITH b AS (
     RETURNING seq
 ), s AS (
     UPDATE {sessions} SET
-        updated_at = now(),
+        updated_at = GREATEST(updated_at, now()),
         item_count = CASE WHEN $3::boolean THEN $6::bigint
                           ELSE item_count - (SELECT count(*) FROM d) + $6::bigint END,
         next_seq = next_seq + $6::bigint
@@ -175,7 +177,12 @@ _SQL_STALE = (
 _SQL_RANGE = (
     "SELECT seq, data FROM {items} WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
 )
-_SQL_PRUNE = "DELETE FROM {batches} WHERE committed_at < $1"
+_SQL_PRUNE = (
+    "DELETE FROM {batches} WHERE committed_at < $1 AND NOT EXISTS (SELECT 1 FROM "
+    "unnest($2::text[]) AS k(prefix) WHERE left(batch_id, length(k.prefix)) = k.prefix)"
+)
+# A restore (import) gives the session the times of its export: $2 created, $3 updated.
+_SQL_RESTORE_TIMES = "UPDATE {sessions} SET created_at = $2, updated_at = $3 WHERE session_id = $1"
 _SQL_DELETE_LOCK = "SELECT updated_at FROM {sessions} WHERE session_id = $1 FOR UPDATE"
 _SQL_DELETE_ITEMS = "DELETE FROM {items} WHERE session_id = $1"
 _SQL_DELETE_BATCHES = "DELETE FROM {batches} WHERE session_id = $1"
@@ -240,6 +247,7 @@ class _Sql:
     stale: str
     range: str
     prune: str
+    restore_times: str
     delete: tuple[str, str, str, str]
 
     @classmethod
@@ -257,6 +265,7 @@ class _Sql:
             stale=s(_SQL_STALE),
             range=s(_SQL_RANGE),
             prune=s(_SQL_PRUNE),
+            restore_times=s(_SQL_RESTORE_TIMES),
             delete=(
                 s(_SQL_DELETE_LOCK),
                 s(_SQL_DELETE_ITEMS),
@@ -445,7 +454,8 @@ class PostgresBackend:
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
         if not batches:
             return
-        if len(batches) == 1 and not batches[0].clear and not batches[0].pops:
+        first = batches[0]
+        if len(batches) == 1 and not first.clear and not first.pops and first.restore_times is None:
             await self._run(
                 "commit", lambda conn, phase: self._append(conn, phase, session_id, batches[0])
             )
@@ -479,6 +489,8 @@ class PostgresBackend:
                     f"session {session_id!r}: {len(batch.pops) - removed} of "
                     f"{len(batch.pops)} popped item(s) were already removed by another writer"
                 )
+            if recorded and batch.restore_times is not None:
+                await conn.execute(self._sql.restore_times, session_id, *batch.restore_times)
         phase.commit_sent = True
         await conn.execute("COMMIT")
 
@@ -563,12 +575,13 @@ class PostgresBackend:
         rows = await self._fetch("read_range", self._sql.range, session_id, start, limit)
         return [(row[0], row[1]) for row in rows]
 
-    async def prune_batches(self, cutoff: datetime) -> int:
+    async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         if cutoff.tzinfo is None:
             cutoff = cutoff.replace(tzinfo=timezone.utc)
+        keep = list(keep_prefixes)
 
         async def run(conn: Any, phase: _Phase) -> int:
-            status: str = await conn.execute(self._sql.prune, cutoff)
+            status: str = await conn.execute(self._sql.prune, cutoff, keep)
             return int(status.rsplit(" ", 1)[-1])
 
         return await self._run("prune_batches", run)
