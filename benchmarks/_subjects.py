@@ -213,9 +213,8 @@ class OursSQLite(_Ours):
         self.store = await SQLiteStore.open(self.path)
 
     async def durability(self) -> dict[str, str]:
-        # The store's own connection, on its own worker thread (an internal of the
-        # SQLite backend: the one place the benchmarks reach into it).
-        reading: dict[str, str] = await self.store.backend._run(sqlite_pragmas)
+        # The store's own connection, on its own worker thread.
+        reading: dict[str, str] = await self.store.backend.run(sqlite_pragmas)
         return merge_readings([reading])
 
     async def transactions(self, sids: list[str]) -> tuple[int, int] | None:

@@ -163,6 +163,11 @@ async def _sqlite_steps(
     stack.append(ours.close)
     session = ours.session("b")
 
+    async def our_hop_step(items: list[dict[str, Any]]) -> None:
+        await ours.backend.run(_nothing_on)
+
+    steps["our_worker_hop"] = our_hop_step
+
     async def ours_step(items: list[dict[str, Any]]) -> None:
         await session.add_items(items)
         await session.commit()
@@ -172,6 +177,10 @@ async def _sqlite_steps(
 
 
 def _nothing() -> None:
+    return None
+
+
+def _nothing_on(conn: sqlite3.Connection) -> None:
     return None
 
 
@@ -292,6 +301,7 @@ SQLITE_TABLE = (
         "+ our rows instead of item rows only (batch record, session row)",
     ),
     ("thread_hop", "+ one thread hop: a no-op call on aiosqlite's worker thread"),
+    ("our_worker_hop", "(a no-op call on our SQLite store's own worker thread)"),
     ("aiosqlite_1hop_same_full", "= floor: our rows in one call on the worker thread"),
     ("core_noop_backend", "+ the core: add_items + commit over a backend that stores nothing"),
     (
