@@ -231,8 +231,14 @@ def load_soak() -> Result | None:
     return loaded
 
 
-def reliability_summary(soak: Result) -> str:
-    """README: the soak's totals, from the figures in docs/RELIABILITY.md."""
+def load_reliability() -> Result | None:
+    soak = load_soak()
+    return None if soak is None else {"soak": soak, "failover": _load("failover.json")}
+
+
+def reliability_summary(found: Result) -> str:
+    """README: the soak's totals (from docs/RELIABILITY.md) and the failover figures."""
+    soak: Result = found["soak"]
 
     def tries(scenario: str, backend: str | None = None) -> int:
         return sum(
@@ -261,10 +267,37 @@ def reliability_summary(soak: Result) -> str:
     restarts = tries("server restart")
     if restarts:
         parts.append(f"{restarts:,} commits across a server restart")
+    text = f"Latest soak ({span}): {violations} violations in " + ", ".join(parts) + "."
+    failover = found.get("failover")
+    if failover:
+        text += " " + _failover_sentence(failover)
     return (
-        f"Latest soak ({span}): {violations} violations in "
-        + ", ".join(parts)
-        + "; every figure and the command behind it in [docs/RELIABILITY.md](docs/RELIABILITY.md).\n"
+        text
+        + " Every figure and the command behind it: [docs/RELIABILITY.md](docs/RELIABILITY.md).\n"
+    )
+
+
+def _failover_sentence(failover: Result) -> str:
+    rounds = failover["rounds"]
+    by_mode: dict[str, list[Result]] = {}
+    for r in rounds:
+        by_mode.setdefault(r["mode"], []).append(r)
+    parts = []
+    for mode, name in (("sync", "synchronous"), ("async", "asynchronous")):
+        found = by_mode.get(mode)
+        if not found:
+            continue
+        acked = sum(r["acknowledged"] for r in found)
+        lost = sum(r["lost"] for r in found)
+        dup = sum(r["duplicated"] + r["torn"] for r in found)
+        parts.append(
+            f"{len(found)} with {name} replication: {lost} of {acked:,} acknowledged "
+            f"commits lost, {dup} duplicated or torn"
+        )
+    return (
+        f"Failover (primary SIGKILLed under load, standby promoted, {len(rounds)} times): "
+        + "; ".join(parts)
+        + "."
     )
 
 
@@ -273,13 +306,26 @@ FRAGMENTS: dict[str, tuple[Callable[[], Result | None], Callable[[Result], str]]
     "benchmarks-summary": (lambda: _load("latest.json"), summary),
     "benchmarks-results": (lambda: _load("latest.json"), results_section),
     "benchmarks-postgres": (lambda: _load("latest.json"), postgres_section),
-    "reliability-summary": (load_soak, reliability_summary),
+    "reliability-summary": (load_reliability, reliability_summary),
 }
 
+#: what a registered fragment says before its command has committed any results
+_NOT_YET = "No results committed yet: `{command}` writes them.\n"
 
-def register(name: str, results_file: str, renderer: Callable[[Result], str]) -> None:
-    """Add a fragment rendered from ``benchmarks/results/<results_file>``."""
-    FRAGMENTS[name] = (lambda: _load(results_file), renderer)
+
+def register(name: str, results_file: str, renderer: Callable[[Result], str], command: str) -> None:
+    """Add a fragment rendered from ``benchmarks/results/<results_file>``, which
+    ``command`` writes (until it has, the fragment says so)."""
+
+    def load() -> Result:
+        return _load(results_file) or {"not yet": command}
+
+    def render(results: Result) -> str:
+        if "not yet" in results:
+            return _NOT_YET.format(command=results["not yet"])
+        return renderer(results)
+
+    FRAGMENTS[name] = (load, render)
 
 
 def render() -> dict[str, str]:
@@ -386,4 +432,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run as the package module, where the other commands register their fragments.
+    from benchmarks import docs as _package_docs
+
+    raise SystemExit(_package_docs.main())
