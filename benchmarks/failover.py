@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as _dt
+import fcntl
 import json
 import os
 import signal
@@ -36,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -418,6 +420,24 @@ _register()
 
 # ----------------------------------------------------------------------------- main
 
+LOCK = "/tmp/txsessions-failover.lock"
+
+
+@contextlib.contextmanager
+def _exclusive(progress: Callable[[str], None]) -> Iterator[None]:
+    """One experiment at a time on this machine: the clusters and ports are shared by
+    every checkout (several test suites may run at once)."""
+    with open(LOCK, "a", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress(f"failover: waiting for another run to finish ({LOCK})")
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.failover", description=__doc__)
@@ -451,15 +471,22 @@ def main(argv: list[str] | None = None) -> int:
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    try:
-        results = asyncio.run(
-            experiment(
-                args.modes, args.rounds, args.writers, args.tasks, args.before, args.after, progress
+    with _exclusive(progress):
+        try:
+            results = asyncio.run(
+                experiment(
+                    args.modes,
+                    args.rounds,
+                    args.writers,
+                    args.tasks,
+                    args.before,
+                    args.after,
+                    progress,
+                )
             )
-        )
-    finally:
-        if not args.keep:
-            cluster("down")
+        finally:
+            if not args.keep:
+                cluster("down")
     with open(out, "w", encoding="utf-8") as fh:
         json.dump(results, fh, indent=1)
     print(render(results))
