@@ -341,9 +341,9 @@ class GroupCommitStats:
     """Groups whose shared statement failed and were applied again entry by entry."""
 
 
-# How many append sends may be in flight at once; commits arriving meanwhile wait and
-# leave together in the next one. Fewer sends mean larger groups (fewer statements and
-# WAL flushes), more mean less waiting; a pool smaller than this caps it anyway.
+# How many append sends may be in flight at once (at most the pool's size); commits
+# arriving meanwhile wait and leave together in the next one. Fewer sends mean larger
+# groups (fewer statements and WAL flushes), more mean less waiting.
 _GROUP_SENDS = 4
 # Bounds on one group statement.
 _GROUP_MAX_COMMITS = 256
@@ -491,7 +491,7 @@ class PostgresBackend:
         self._reset_skipper: _ResetSkipper | None = None
         self._inflight = 0
         self._drained: asyncio.Event | None = None
-        self._grouper = _Grouper(_GROUP_SENDS)
+        self._grouper = _Grouper(max(1, min(_GROUP_SENDS, pool.get_max_size())))
 
     @property
     def group_stats(self) -> GroupCommitStats:
