@@ -51,7 +51,8 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
     pg: None, pg_schema: str
 ) -> None:
     """12 sessions commit 40 turns each at once (every 9th commit also pops, so both
-    commit paths run) while a killer terminates our pool's backends at random moments.
+    commit paths run) while a killer terminates our pool's busy backends at random
+    moments.
     Every commit is retried until it returns; each history must be exactly what its
     writer committed, and groups must really have formed."""
     kw = _app()
@@ -70,9 +71,13 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
     rng = random.Random(4321)
 
     async def killer() -> None:
+        """40 strikes at random moments, then it stops: a busy machine reconnects slowly,
+        and a killer that never rests could keep every new connection from starting."""
         nonlocal kills
-        while not done:
-            await asyncio.sleep(rng.random() * 0.03)
+        for _ in range(40):
+            if done:
+                return
+            await asyncio.sleep(0.01 + rng.random() * 0.07)
             kills += await killer_conn.fetchval(
                 # CASE: the filter must run before the function, never after.
                 "SELECT count(*) FROM pg_stat_activity WHERE CASE WHEN application_name = $1 "
