@@ -16,7 +16,7 @@ from typing import Any
 from . import _env, _report, _workloads, breakdown
 from ._config import Config
 from ._data import item_bytes
-from ._subjects import Subject, postgres_subjects, sqlite_subjects
+from ._subjects import Subject, pg_schema, postgres_subjects, sqlite_subjects
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
@@ -73,19 +73,6 @@ async def _postgres_facts(dsn: str) -> tuple[str | None, dict[str, str]]:
     except ImportError as exc:
         return f"sessions.postgres is not available yet ({exc})", facts
     return None, facts
-
-
-async def _pg_schema(dsn: str, schema: str, *, drop: bool) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        if drop:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        else:
-            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-    finally:
-        await conn.close()
 
 
 async def _record_durability(subjects: list[Subject], into: dict[str, Any]) -> None:
@@ -250,7 +237,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
             )
         if "postgres" in backends:
             progress(f"PostgreSQL: schema {schema}")
-            await _pg_schema(dsn, schema, drop=False)
+            await pg_schema(dsn, schema, drop=False)
             try:
 
                 def make_pg(tag: str) -> list[Subject]:
@@ -261,7 +248,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
                 if "e" in which:
                     await _memory_all(backends, cfg, dsn, schema, results, progress)
             finally:
-                await _pg_schema(dsn, schema, drop=True)
+                await pg_schema(dsn, schema, drop=True)
         elif "e" in which:
             await _memory_all(backends, cfg, dsn, schema, results, progress)
 
@@ -308,7 +295,7 @@ async def profile(args: argparse.Namespace) -> str:
             subject = sqlite_subjects(tmp, "p", only={"ours_sqlite"})[0]
         else:
             schema = f"txs_bench_prof_{os.getpid()}"
-            await _pg_schema(args.pg_dsn, schema, drop=False)
+            await pg_schema(args.pg_dsn, schema, drop=False)
             subject = postgres_subjects(args.pg_dsn, schema, 2, "p", only={"ours_pg"})[0]
         await subject.open()
         try:
@@ -322,6 +309,6 @@ async def profile(args: argparse.Namespace) -> str:
         finally:
             await subject.close()
             if schema:
-                await _pg_schema(args.pg_dsn, schema, drop=True)
+                await pg_schema(args.pg_dsn, schema, drop=True)
     text: str = profiler.output_text(unicode=True, color=False, show_all=False)
     return text

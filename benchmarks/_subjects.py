@@ -497,19 +497,24 @@ class RawSQLite(Subject):
     work = "bare"
     _tail = _FLOOR_TAIL
     _all = _FLOOR_ALL
+    _schema: tuple[str, ...] = _FLOOR_SQLITE_SCHEMA
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.conn: sqlite3.Connection | None = None
 
     async def open(self) -> None:
+        await self._tables_first()
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA busy_timeout = 5000")
-        for statement in _FLOOR_SQLITE_SCHEMA:
+        for statement in self._schema:
             conn.execute(statement)
         self.conn = conn
+
+    async def _tables_first(self) -> None:
+        """Same-work floors: let our own store create the tables first."""
 
     async def durability(self) -> dict[str, str]:
         assert self.conn is not None
@@ -567,6 +572,7 @@ class RawAiosqlite(Subject):
     work = "bare"
     _tail = _FLOOR_TAIL
     _all = _FLOOR_ALL
+    _schema: tuple[str, ...] = _FLOOR_SQLITE_SCHEMA
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -576,12 +582,16 @@ class RawAiosqlite(Subject):
     async def open(self) -> None:
         import aiosqlite
 
+        await self._tables_first()
         self.conn = await aiosqlite.connect(self.path, isolation_level=None)
         await self.conn.execute("PRAGMA journal_mode = WAL")
         await self.conn.execute("PRAGMA synchronous = FULL")
         await self.conn.execute("PRAGMA busy_timeout = 5000")
-        for statement in _FLOOR_SQLITE_SCHEMA:
+        for statement in self._schema:
             await self.conn.execute(statement)
+
+    async def _tables_first(self) -> None:
+        """Same-work floors: let our own store create the tables first."""
 
     async def durability(self) -> dict[str, str]:
         return merge_readings([await aiosqlite_pragmas(self.conn)])
@@ -779,49 +789,38 @@ async def _our_sqlite_tables(path: str) -> None:
     await store.close()
 
 
-class RawSQLiteSame(RawSQLite):
+class _SameWork:
+    """Mixin of the SQLite same-work floors: our tables, created by our own store."""
+
+    path: str
+    work = "same"
+    workloads = frozenset("abc")
+    _tail = _SAME_TAIL
+    _all = _SAME_ALL
+    _schema: tuple[str, ...] = ()
+
+    async def _tables_first(self) -> None:
+        await _our_sqlite_tables(self.path)
+
+
+class RawSQLiteSame(_SameWork, RawSQLite):
     """Plain ``sqlite3`` in the event loop writing our rows: the loop-blocking floor of
     the same work."""
 
     key = "raw_sqlite3_same"
     label = "raw sqlite3, our rows (floor)"
-    work = "same"
-    workloads = frozenset("abc")
-    _tail = _SAME_TAIL
-    _all = _SAME_ALL
-
-    async def open(self) -> None:
-        await _our_sqlite_tables(self.path)
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA busy_timeout = 5000")
-        self.conn = conn
 
     def _write(self, sid: str, texts: list[str]) -> None:
         assert self.conn is not None
         _same_work_sqlite(self.conn, sid, texts)
 
 
-class RawAiosqliteOneHopSame(RawAiosqlite):
+class RawAiosqliteOneHopSame(_SameWork, RawAiosqlite):
     """Plain ``aiosqlite`` writing our rows in one call on its worker thread: the floor
     of the same work for a design that keeps the event loop free (one hop per commit)."""
 
     key = "raw_aiosqlite_1hop_same"
     label = "raw aiosqlite, 1 hop, our rows (floor)"
-    work = "same"
-    workloads = frozenset("abc")
-    _tail = _SAME_TAIL
-    _all = _SAME_ALL
-
-    async def open(self) -> None:
-        import aiosqlite
-
-        await _our_sqlite_tables(self.path)
-        self.conn = await aiosqlite.connect(self.path, isolation_level=None)
-        await self.conn.execute("PRAGMA journal_mode = WAL")
-        await self.conn.execute("PRAGMA synchronous = FULL")
-        await self.conn.execute("PRAGMA busy_timeout = 5000")
 
     async def _write(self, sid: str, texts: list[str]) -> None:
         await self.conn._execute(_same_work_sqlite, self.conn._conn, sid, texts)
@@ -937,6 +936,20 @@ def postgres_subjects(
         ),
     ]
     return [s for s in made if _wanted(s, tag, only)]
+
+
+async def pg_schema(dsn: str, schema: str, *, drop: bool) -> None:
+    """Create (or drop, with everything in it) a schema of the benchmarks' own."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        if drop:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        else:
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    finally:
+        await conn.close()
 
 
 def sqlalchemy_pg_url(dsn: str) -> str:

@@ -34,6 +34,7 @@ from ._subjects import (
     _dumps,
     _our_sqlite_tables,
     _same_work_sqlite,
+    pg_schema,
 )
 
 Step = Callable[[list[dict[str, Any]]], Awaitable[None]]
@@ -350,7 +351,7 @@ async def run(
                     steps = await _sqlite_steps(tmp, stack)
                 else:
                     assert dsn is not None
-                    await _schema(dsn, schema, drop=False)
+                    await pg_schema(dsn, schema, drop=False)
                     steps = await _pg_steps(dsn, schema, stack)
                 steps.update(_core_steps(stack))
                 progress(f"breakdown {backend}: {len(steps)} steps x {rounds} rounds")
@@ -359,21 +360,8 @@ async def run(
                 for close in reversed(stack):
                     await close()
                 if backend == "postgres" and dsn is not None:
-                    await _schema(dsn, schema, drop=True)
+                    await pg_schema(dsn, schema, drop=True)
     return out
-
-
-async def _schema(dsn: str, schema: str, *, drop: bool) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        if drop:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        else:
-            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-    finally:
-        await conn.close()
 
 
 def main(argv: list[str] | None = None) -> int:

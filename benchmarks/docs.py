@@ -417,6 +417,12 @@ def write() -> list[str]:
     return changed
 
 
+def update(out: Callable[[str], None]) -> None:
+    """:func:`write`, saying what changed (what a measuring command calls at its end)."""
+    for path in write():
+        out(f"updated {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.docs", description=__doc__)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if stale")

@@ -482,8 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     if out == RESULTS:
         from . import docs
 
-        for path in docs.write():
-            print(f"updated {path}", file=sys.stderr)
+        docs.update(progress)
     return 0
 
 
