@@ -340,7 +340,7 @@ def derive(steps: dict[str, Result], expression: str) -> float | None:
 async def run(
     backends: list[str], dsn: str | None, quick: bool, progress: Callable[[str], None]
 ) -> Result:
-    turns, rounds = (30, 2) if quick else (300, 9)
+    turns, rounds = (10, 1) if quick else (300, 9)
     out: Result = {"turns_per_round": turns, "rounds": rounds}
     with tempfile.TemporaryDirectory(prefix="txs-breakdown-") as tmp:
         for backend in backends:
