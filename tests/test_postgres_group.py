@@ -22,6 +22,7 @@ from tests.conftest import PG_DSN, require_postgres
 asyncpg = pytest.importorskip("asyncpg")
 
 from sessions.postgres import PostgresStore  # noqa: E402 - needs asyncpg
+from tests.test_postgres import fresh_schema, pgbouncer_dsn  # noqa: E402, F401 - fixtures
 
 pytestmark = pytest.mark.postgres
 
@@ -213,5 +214,33 @@ async def test_the_counters_show_lone_commits_alone_and_a_rejected_group_isolate
         assert "duplicate key" in str(outcomes[-1])
         stats = backend.group_stats
         assert stats.isolated == 1 and stats.largest >= 5, stats
+    finally:
+        await store.close()
+
+
+async def test_groups_through_pgbouncer_in_transaction_pooling_mode(
+    pgbouncer_dsn: str,  # noqa: F811 - the fixture of tests/test_postgres.py
+    fresh_schema: str,  # noqa: F811
+) -> None:
+    """A group is one implicit transaction of pipelined statements: PgBouncer (transaction
+    mode, 2 server connections) must keep it on one server connection, also with
+    unnamed statements (``statement_cache_size=0``)."""
+    store = await PostgresStore.open(
+        pgbouncer_dsn, schema=fresh_schema, min_size=1, max_size=6, statement_cache_size=0
+    )
+    try:
+
+        async def writer(k: int) -> None:
+            session = store.session(f"bounce-{k}")
+            for i in range(10):
+                await session.add_items([msg(f"{k}.{i}.a"), msg(f"{k}.{i}.b")])
+                await session.commit()
+
+        await asyncio.gather(*(writer(k) for k in range(24)))
+        for k in range(24):
+            got = await store.session(f"bounce-{k}").get_items()
+            assert got == [msg(f"{k}.{i}.{x}") for i in range(10) for x in "ab"], k
+        stats = store.postgres.group_stats
+        assert stats.largest > 1 and stats.isolated == 0, stats
     finally:
         await store.close()
