@@ -343,8 +343,10 @@ class GroupCommitStats:
 
 # How many append sends may be in flight at once (at most the pool's size); commits
 # arriving meanwhile wait and leave together in the next one. Fewer sends mean larger
-# groups (fewer statements and WAL flushes), more mean less waiting.
-_GROUP_SENDS = 4
+# groups (fewer statements and WAL flushes), more mean less waiting. Two keep the server
+# busy with one group while the client wakes the callers of the other and gathers the
+# next.
+_GROUP_SENDS = 2
 # Bounds on one group statement.
 _GROUP_MAX_COMMITS = 256
 _GROUP_MAX_ITEMS = 8192
