@@ -659,7 +659,8 @@ class PostgresBackend:
     async def _wait(self, entry: _Entry) -> _Outcome:
         assert entry.done is not None
         try:
-            return await asyncio.shield(entry.done)
+            # Not shielded: a cancellation cancels ``done``, which the send then skips.
+            return await entry.done
         except asyncio.CancelledError:
             if entry.task is None:  # still waiting: withdraw it, nothing was sent
                 self._grouper.pending.remove(entry)
