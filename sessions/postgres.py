@@ -28,6 +28,7 @@ may start at once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -332,7 +333,7 @@ class GroupCommitStats:
     """What a backend's group commit has done since the store opened."""
 
     transactions: int
-    """Append transactions sent (each one statement, one WAL flush)."""
+    """Append transactions sent (one round trip and one WAL flush each)."""
     commits: int
     """``apply`` calls those transactions carried."""
     largest: int
@@ -393,7 +394,7 @@ class _Grouper:
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.sending = 0
-        self.pending: list[_Entry] = []
+        self.pending: collections.deque[_Entry] = collections.deque()
         self.tasks: set[asyncio.Future[None]] = set()
         self.transactions = 0
         self.commits = 0
@@ -411,7 +412,7 @@ class _Grouper:
             size = self.pending[0].items()
             if group and items + size > _GROUP_MAX_ITEMS:
                 break
-            group.append(self.pending.pop(0))
+            group.append(self.pending.popleft())
             items += size
         alone = len(group) == 1
         for entry in group:
