@@ -53,6 +53,7 @@ PORTS = {"txs_fo1": 5434, "txs_fo2": 5435}
 DSN = "postgresql://postgres@127.0.0.1:5434,127.0.0.1:5435/postgres?target_session_attrs=read-write"
 SCHEMA = "txs_failover"
 ITEMS_PER_BATCH = 3
+GIVE_UP = 120.0  # seconds past its time a writer keeps retrying before it fails the run
 
 
 # ----------------------------------------------------------------------------- clusters
@@ -144,6 +145,8 @@ async def _writer(prefix: str, tasks: int, seconds: float) -> None:
                     await session.commit()
                 except CommitError as exc:
                     say(err=sid, b=batch, known=exc.outcome_known, what=str(exc)[:200])
+                    if time.monotonic() > deadline + GIVE_UP:
+                        raise SystemExit(f"{sid}: no commit succeeded for {GIVE_UP:g} s") from exc
                     await asyncio.sleep(0.05)
                 else:
                     say(ack=sid, b=batch, began=began)
