@@ -59,15 +59,18 @@ def _load(name: str) -> Result | None:
 # ----------------------------------------------------------------------------- fragments
 
 
-def _run_line(results: Result) -> str:
+def _run_line(results: Result, *, ratios: bool = True) -> str:
     meta = results["meta"]
     m = meta["machine"]
     load = m.get("loadavg_start")
-    return (
+    line = (
         f"Latest full run: {m['date']}. {_report.source_line(meta)} Machine (detected): "
         f"{m.get('cores')} CPU cores ({m['cpu']}), {m['ram_gb']} GB RAM; load average at "
-        f"start {load}. Ratios are ours ÷ theirs, medians of interleaved rounds in one process."
+        f"start {load}."
     )
+    if ratios:
+        line += " Ratios are ours ÷ theirs, medians of interleaved rounds in one process."
+    return line
 
 
 def summary(results: Result) -> str:
@@ -204,7 +207,7 @@ def postgres_section(results: Result) -> str:
         )
     ours = _get(results, "concurrency", "postgres", "ours_pg", "levels", str(level)) or {}
     per_tx = _ratio(ours.get("batches"), ours.get("transactions"))
-    lines = [_run_line(results), ""]
+    lines = [_run_line(results, ratios=False) + " Medians of interleaved rounds.", ""]
     lines += _report._table(
         ["per turn (4 items), durable", "turns/s, one session", f"turns/s, {level} sessions"],
         rows,
