@@ -220,67 +220,8 @@ def postgres_section(results: Result) -> str:
     return "\n".join(lines) + "\n"
 
 
-_SOAK = re.compile(r"<!-- soak-data (?P<data>\{.*?\}) -->", re.S)
-
-
-def load_soak() -> Result | None:
-    """The soak's figures, which ``python -m tests.reliability.soak`` keeps in
-    docs/RELIABILITY.md (``<!-- soak-data {...} -->``)."""
-    text = _read(os.path.join(ROOT, "docs", "RELIABILITY.md")) or ""
-    match = _SOAK.search(text)
-    if match is None:
-        return None
-    loaded: Result = json.loads(match.group("data"))
-    return loaded
-
-
-def load_reliability() -> Result | None:
-    soak = load_soak()
-    return None if soak is None else {"soak": soak, "failover": _load("failover.json")}
-
-
-def reliability_summary(found: Result) -> str:
-    """README: the soak's totals (from docs/RELIABILITY.md) and the failover figures."""
-    soak: Result = found["soak"]
-
-    def tries(scenario: str, backend: str | None = None) -> int:
-        return sum(
-            int(entry["tries"])
-            for entry in soak.values()
-            if entry["scenario"] == scenario and backend in (None, entry["backend"])
-        )
-
-    def note(scenario: str, name: str) -> int:
-        return sum(
-            int(entry["notes"].get(name, 0))
-            for entry in soak.values()
-            if entry["scenario"] == scenario
-        )
-
-    violations = sum(int(entry["violations"]) for entry in soak.values())
-    dates = sorted({entry["date"] for entry in soak.values()})
-    span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
-    parts = [
-        f"{tries('cancellation sweep', 'sqlite'):,} (SQLite) + "
-        f"{tries('cancellation sweep', 'postgres'):,} (PostgreSQL) interruptions",
-        f"{tries('SIGKILL mid-commit'):,} SIGKILLs mid-commit",
-        f"{tries('pg_terminate_backend'):,} commits under `pg_terminate_backend` "
-        f"({note('pg_terminate_backend', 'backends terminated'):,} backends terminated)",
-    ]
-    restarts = tries("server restart")
-    if restarts:
-        parts.append(f"{restarts:,} commits across a server restart")
-    text = f"Latest soak ({span}): {violations} violations in " + ", ".join(parts) + "."
-    failover = found.get("failover")
-    if failover:
-        text += " " + _failover_sentence(failover)
-    return (
-        text
-        + " Every figure and the command behind it: [docs/RELIABILITY.md](docs/RELIABILITY.md).\n"
-    )
-
-
-def _failover_sentence(failover: Result) -> str:
+def failover_summary(failover: Result) -> str:
+    """README: the failover figures in one sentence."""
     rounds = failover["rounds"]
     by_mode: dict[str, list[Result]] = {}
     for r in rounds:
@@ -298,9 +239,10 @@ def _failover_sentence(failover: Result) -> str:
             f"commits lost, {dup} duplicated or torn"
         )
     return (
-        f"Failover (primary SIGKILLed under load, standby promoted, {len(rounds)} times): "
+        f"Failover (a PostgreSQL primary SIGKILLed under load, its standby promoted, "
+        f"{len(rounds)} times): "
         + "; ".join(parts)
-        + "."
+        + "; figures and the command in [docs/RELIABILITY.md](docs/RELIABILITY.md#failover).\n"
     )
 
 
@@ -309,7 +251,6 @@ FRAGMENTS: dict[str, tuple[Callable[[], Result | None], Callable[[Result], str]]
     "benchmarks-summary": (lambda: _load("latest.json"), summary),
     "benchmarks-results": (lambda: _load("latest.json"), results_section),
     "benchmarks-postgres": (lambda: _load("latest.json"), postgres_section),
-    "reliability-summary": (load_reliability, reliability_summary),
 }
 
 #: what a registered fragment says before its command has committed any results

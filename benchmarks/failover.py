@@ -416,6 +416,9 @@ def _register() -> None:
     from . import docs
 
     docs.register("failover", "failover.json", render, "python -m benchmarks.failover")
+    docs.register(
+        "failover-summary", "failover.json", docs.failover_summary, "python -m benchmarks.failover"
+    )
 
 
 _register()

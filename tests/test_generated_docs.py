@@ -40,7 +40,7 @@ def test_every_generated_region_has_a_fragment_of_the_same_text(document: str) -
 
 def test_readme_and_benchmark_docs_include_the_benchmark_figures() -> None:
     for document, names in (
-        ("README.md", {"benchmarks-summary", "reliability-summary"}),
+        ("README.md", {"benchmarks-summary", "failover-summary"}),
         ("docs/benchmarks.md", {"benchmarks-results"}),
         ("docs/postgres.md", {"benchmarks-postgres"}),
     ):
