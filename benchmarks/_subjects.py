@@ -756,7 +756,7 @@ _SAME_RECORD = (
 _SAME_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
     "VALUES (?1, ?2, ?2, ?3, ?3 + 1) ON CONFLICT (session_id) DO UPDATE SET "
-    "updated_at = ?2, item_count = item_count + ?3, next_seq = next_seq + ?3 "
+    "updated_at = max(updated_at, ?2), item_count = item_count + ?3, next_seq = next_seq + ?3 "
     "RETURNING next_seq - ?3"
 )
 _SAME_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
@@ -836,7 +836,7 @@ WITH b AS (
     INSERT INTO same_sessions AS t (session_id, created_at, updated_at, item_count, next_seq)
     SELECT $1, now(), now(), $4::bigint, $4::bigint + 1 FROM b
     ON CONFLICT (session_id) DO UPDATE SET
-        updated_at = excluded.updated_at,
+        updated_at = GREATEST(t.updated_at, excluded.updated_at),
         item_count = t.item_count + excluded.item_count,
         next_seq = t.next_seq + excluded.item_count
     RETURNING t.next_seq - $4::bigint AS base
