@@ -29,7 +29,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--backends", nargs="+", choices=["sqlite", "postgres"], default=["sqlite", "postgres"]
     )
     parser.add_argument(
-        "--only", nargs="+", choices=list(WORKLOADS), help="run only these workloads (a-e)"
+        "--only",
+        nargs="+",
+        choices=list(WORKLOADS),
+        help="run only these workloads (a-e; f: the step-by-step breakdown)",
     )
     parser.add_argument(
         "--pg-dsn",
@@ -66,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     out_dir, text = write_results(results, args.out)
     print(text)
     print(f"results written to {out_dir}", file=sys.stderr)
+    if not args.quick and args.out is None:
+        from . import docs
+
+        for path in docs.write():
+            print(f"updated {path}", file=sys.stderr)
     return 0
 
 

@@ -13,15 +13,15 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import _env, _report, _workloads
+from . import _env, _report, _workloads, breakdown
 from ._config import Config
 from ._data import item_bytes
-from ._subjects import Subject, postgres_subjects, sqlite_subjects
+from ._subjects import Subject, pg_schema, postgres_subjects, sqlite_subjects
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = ("a", "b", "c", "d", "e")
+WORKLOADS = ("a", "b", "c", "d", "e", "f")
 
 Result = dict[str, Any]
 
@@ -54,11 +54,18 @@ async def _postgres_facts(dsn: str) -> tuple[str | None, dict[str, str]]:
     except Exception as exc:  # noqa: BLE001 - reported
         return f"no PostgreSQL server: {type(exc).__name__}: {exc}", {}
     try:
-        facts = {
+        facts: dict[str, Any] = {
             "postgres_server": str(await conn.fetchval("SHOW server_version")),
-            "postgres_synchronous_commit": str(await conn.fetchval("SHOW synchronous_commit")),
             "postgres_max_connections": str(await conn.fetchval("SHOW max_connections")),
         }
+        try:
+            directory = str(await conn.fetchval("SHOW data_directory"))
+        except asyncpg.PostgresError:  # needs pg_read_all_settings
+            directory = ""
+        if directory:
+            disk = _env.local_disk(directory)
+            if disk is not None:
+                facts["postgres_disk"] = disk
     finally:
         await conn.close()
     try:
@@ -68,17 +75,15 @@ async def _postgres_facts(dsn: str) -> tuple[str | None, dict[str, str]]:
     return None, facts
 
 
-async def _pg_schema(dsn: str, schema: str, *, drop: bool) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        if drop:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        else:
-            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
-    finally:
-        await conn.close()
+async def _record_durability(subjects: list[Subject], into: dict[str, Any]) -> None:
+    """Each subject's durability settings, read back from its own connections (once)."""
+    for subject in subjects:
+        if subject.key in into:
+            continue
+        try:
+            into[subject.key] = {"label": subject.label, **await subject.durability()}
+        except Exception as exc:  # noqa: BLE001 - reported in the results
+            into[subject.key] = {"label": subject.label, "error": f"{type(exc).__name__}: {exc}"}
 
 
 async def _single_session_workloads(
@@ -89,6 +94,7 @@ async def _single_session_workloads(
     results: Result,
     progress: Progress,
 ) -> None:
+    durability = results["durability"].setdefault(backend, {})
     steps: list[tuple[str, str, Any]] = []
     if "a" in which:
         steps.append(("a", "commit_per_turn", _workloads.commit_per_turn))
@@ -101,12 +107,13 @@ async def _single_session_workloads(
             results["failures"].append(f"{backend} {name} {key}: {why}")
         try:
             results[name][backend] = await fn(subjects, cfg, progress)
+            await _record_durability(subjects, durability)
         finally:
             await _workloads.close_all(subjects)
     if "c" in which:
         progress(f"{backend} (c) concurrency {cfg.concurrency}")
         results["concurrency"][backend] = await _workloads.concurrency(
-            lambda: make("c"), cfg, progress
+            lambda: make("c"), cfg, progress, lambda s: _record_durability(s, durability)
         )
     if "d" in which:
         progress(f"{backend} (d) reads vs history {cfg.history} and sessions {cfg.sessions}")
@@ -116,6 +123,7 @@ async def _single_session_workloads(
         try:
             results["history"][backend] = await _workloads.history_growth(subjects, cfg, progress)
             results["sessions"][backend] = await _workloads.sessions_growth(subjects, cfg, progress)
+            await _record_durability(subjects, durability)
         finally:
             await _workloads.close_all(subjects)
 
@@ -184,6 +192,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
         "meta": {
             "quick": cfg.quick,
             "command": " ".join(["python -m benchmarks", *argv]),
+            "source": _env.source(),
             "machine": _env.machine(),
             "item_bytes": item_bytes(),
             "pool": cfg.pool,
@@ -191,6 +200,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
             "notes": [],
         },
         "failures": [],
+        "durability": {},
         "commit_per_turn": {},
         "buffered_run": {},
         "concurrency": {},
@@ -213,6 +223,8 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
     schema = f"txs_bench_{os.getpid()}_{uuid.uuid4().hex[:6]}"
 
     with tempfile.TemporaryDirectory(prefix="txs-bench-") as tmp:
+        meta["sqlite_disk"] = _env.disk(tmp)
+        meta["fsync"] = _env.fsync_latency(tmp)
         if "sqlite" in backends:
             progress("SQLite: databases under a temporary directory")
             await _single_session_workloads(
@@ -225,20 +237,26 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
             )
         if "postgres" in backends:
             progress(f"PostgreSQL: schema {schema}")
-            await _pg_schema(dsn, schema, drop=False)
+            await pg_schema(dsn, schema, drop=False)
             try:
 
                 def make_pg(tag: str) -> list[Subject]:
                     pool = cfg.pool if tag == "c" else 2
-                    return postgres_subjects(dsn, schema, pool)
+                    return postgres_subjects(dsn, schema, pool, tag)
 
                 await _single_session_workloads("postgres", make_pg, cfg, which, results, progress)
                 if "e" in which:
                     await _memory_all(backends, cfg, dsn, schema, results, progress)
             finally:
-                await _pg_schema(dsn, schema, drop=True)
+                await pg_schema(dsn, schema, drop=True)
         elif "e" in which:
             await _memory_all(backends, cfg, dsn, schema, results, progress)
+
+    if "f" in which:
+        progress("(f) step-by-step breakdown of one commit")
+        results["breakdown"] = await breakdown.run(
+            backends, dsn if "postgres" in backends else None, cfg.quick, progress
+        )
 
     meta["seconds"] = time.perf_counter() - started
     meta["loadavg_end"] = _env.loadavg()
@@ -277,8 +295,8 @@ async def profile(args: argparse.Namespace) -> str:
             subject = sqlite_subjects(tmp, "p", only={"ours_sqlite"})[0]
         else:
             schema = f"txs_bench_prof_{os.getpid()}"
-            await _pg_schema(args.pg_dsn, schema, drop=False)
-            subject = postgres_subjects(args.pg_dsn, schema, 2, only={"ours_pg"})[0]
+            await pg_schema(args.pg_dsn, schema, drop=False)
+            subject = postgres_subjects(args.pg_dsn, schema, 2, "p", only={"ours_pg"})[0]
         await subject.open()
         try:
             for _ in range(50):
@@ -291,6 +309,6 @@ async def profile(args: argparse.Namespace) -> str:
         finally:
             await subject.close()
             if schema:
-                await _pg_schema(args.pg_dsn, schema, drop=True)
+                await pg_schema(args.pg_dsn, schema, drop=True)
     text: str = profiler.output_text(unicode=True, color=False, show_all=False)
     return text

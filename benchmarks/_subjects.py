@@ -10,6 +10,15 @@ Every subject offers the same four operations so the workloads can treat them al
   they must; floors write the run in one transaction.
 * ``read(sid, limit)``: ``get_items(limit)``.
 * ``release(sid)``: drop (and close) a per-session object.
+
+and ``durability()``, the settings that decide what a commit costs, read back from the
+subject's own connection (never assumed).
+
+Two kinds of floor: *bare* floors insert the item rows only (one table, one index);
+*same-work* floors write by hand exactly the rows our commit writes (the batch-id
+record, the session row that hands out the order, the items) into tables created by
+our own store, in one transaction: the limit for any implementation that keeps our
+guarantees.
 """
 
 from __future__ import annotations
@@ -18,6 +27,8 @@ import asyncio
 import json
 import os
 import sqlite3
+import time
+import uuid
 from typing import Any
 
 from ._data import Item
@@ -33,9 +44,23 @@ class Subject:
     label: str = ""
     backend: str = SQLITE
     kind: str = "anchor"  # "ours" | "anchor" | "floor"
+    #: what the floor writes: "bare" (item rows only) or "same" (our rows); "" otherwise
+    work: str = ""
+    #: the workloads this subject takes part in
+    workloads: frozenset[str] = frozenset("abcd")
 
     async def open(self) -> None:
         pass
+
+    async def durability(self) -> dict[str, str]:
+        """Durability settings read back from this subject's own connection(s)."""
+        return {}
+
+    async def transactions(self, sids: list[str]) -> tuple[int, int] | None:
+        """``(batches, transactions)`` that stored the commits of ``sids``, when the
+        subject's rows tell (our ``txs_batches.committed_at`` is one value per
+        transaction); ``None`` when it writes one transaction per commit by design."""
+        return None
 
     async def close(self) -> None:
         pass
@@ -70,6 +95,63 @@ class Subject:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.key}>"
+
+
+# ----------------------------------------------------------------------------- settings
+
+_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+PG_SETTINGS = (
+    "synchronous_commit",
+    "fsync",
+    "wal_sync_method",
+    "full_page_writes",
+    "synchronous_standby_names",
+)
+_PG_SETTINGS_SQL = "SELECT name, setting FROM pg_settings WHERE name = ANY($1::text[])"
+
+
+def sqlite_pragmas(conn: sqlite3.Connection) -> dict[str, str]:
+    """``journal_mode`` and ``synchronous`` of one sqlite3 connection."""
+    journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    return {"journal_mode": str(journal).upper(), "synchronous": _SYNCHRONOUS.get(sync, str(sync))}
+
+
+def merge_readings(readings: list[dict[str, str]]) -> dict[str, str]:
+    """One dict for several connections: distinct values joined by ``/``."""
+    merged: dict[str, list[str]] = {}
+    for reading in readings:
+        for name, value in reading.items():
+            values = merged.setdefault(name, [])
+            if value not in values:
+                values.append(value)
+    out = {name: "/".join(values) for name, values in merged.items()}
+    out["connections_read"] = str(len(readings))
+    return out
+
+
+async def pg_settings(conn: Any) -> dict[str, str]:
+    """PostgreSQL's durability settings as seen by one asyncpg connection."""
+    rows = await conn.fetch(_PG_SETTINGS_SQL, list(PG_SETTINGS))
+    found = {row[0]: row[1] for row in rows}
+    return {name: found.get(name, "?") or "''" for name in PG_SETTINGS}
+
+
+async def aiosqlite_pragmas(conn: Any) -> dict[str, str]:
+    """``journal_mode`` and ``synchronous`` of one aiosqlite connection."""
+    journal = (await conn.execute_fetchall("PRAGMA journal_mode"))[0][0]
+    sync = (await conn.execute_fetchall("PRAGMA synchronous"))[0][0]
+    return {"journal_mode": str(journal).upper(), "synchronous": _SYNCHRONOUS.get(sync, str(sync))}
+
+
+def _count_transactions(conn: sqlite3.Connection, sids: list[str]) -> tuple[int, int]:
+    marks = ",".join("?" * len(sids))
+    row = conn.execute(
+        f"SELECT count(*), count(DISTINCT committed_at) FROM txs_batches "
+        f"WHERE session_id IN ({marks})",
+        sids,
+    ).fetchone()
+    return int(row[0]), int(row[1])
 
 
 # ----------------------------------------------------------------------------- ours
@@ -130,6 +212,18 @@ class OursSQLite(_Ours):
 
         self.store = await SQLiteStore.open(self.path)
 
+    async def durability(self) -> dict[str, str]:
+        # The store's own connection, on its own worker thread.
+        reading: dict[str, str] = await self.store.backend.run(sqlite_pragmas)
+        return merge_readings([reading])
+
+    async def transactions(self, sids: list[str]) -> tuple[int, int] | None:
+        conn = sqlite3.connect(self.path, timeout=30)
+        try:
+            return _count_transactions(conn, sids)
+        finally:
+            conn.close()
+
 
 class OursPostgres(_Ours):
     key = "ours_pg"
@@ -146,6 +240,20 @@ class OursPostgres(_Ours):
         self.store = await PostgresStore.open(
             self.dsn, schema=self.schema, min_size=self.pool, max_size=self.pool
         )
+
+    async def durability(self) -> dict[str, str]:
+        async with self.store.pool.acquire() as conn:
+            return merge_readings([await pg_settings(conn)])
+
+    async def transactions(self, sids: list[str]) -> tuple[int, int] | None:
+        # committed_at is now(): the start of the transaction that recorded the batch.
+        async with self.store.pool.acquire() as conn:
+            row = await conn.fetchrow(
+                "SELECT count(*), count(DISTINCT committed_at) FROM "
+                f'"{self.schema}".txs_batches WHERE session_id = ANY($1::text[])',
+                sids,
+            )
+        return int(row[0]), int(row[1])
 
 
 # ----------------------------------------------------------------------------- SDK anchors
@@ -188,6 +296,18 @@ class SDKSQLite(Subject):
 
     async def populate(self, sids: list[str], items: list[Item]) -> None:
         _sdk_sqlite_populate(self.path, sids, items)
+
+    async def durability(self) -> dict[str, str]:
+        # Every connection the live session objects opened (one per worker thread;
+        # ``_connections`` is the SDK's own registry of them).
+        sessions = list(self._sessions.values())
+        if not sessions:
+            await self.read("__bench_durability__", 1)
+            sessions = list(self._sessions.values())
+        conns = [conn for session in sessions for conn in list(session._connections)]
+        readings = [sqlite_pragmas(conn) for conn in conns]
+        await self.release("__bench_durability__")
+        return merge_readings(readings)
 
     def _session(self, sid: str) -> Any:
         session = self._sessions.get(sid)
@@ -237,6 +357,15 @@ class SDKAsyncSQLite(Subject):
         await self.read("__bench_setup__", 1)  # creates the tables
         await self.release("__bench_setup__")
 
+    async def durability(self) -> dict[str, str]:
+        # One aiosqlite connection per session object (the SDK's ``_connection``).
+        if not self._sessions:
+            await self.read("__bench_durability__", 1)
+        conns = [s._connection for s in self._sessions.values() if s._connection is not None]
+        readings = [await aiosqlite_pragmas(conn) for conn in conns]
+        await self.release("__bench_durability__")
+        return merge_readings(readings)
+
     async def populate(self, sids: list[str], items: list[Item]) -> None:
         _sdk_sqlite_populate(self.path, sids, items)
 
@@ -280,6 +409,27 @@ class SDKSQLAlchemy(Subject):
         probe = SQLAlchemySession("__bench_setup__", engine=self.engine, create_tables=True)
         await probe.get_items(1)
         self._tables_ready = True
+
+    async def durability(self) -> dict[str, str]:
+        # A connection of the engine's pool, configured like every other one.
+        async with self.engine.connect() as conn:
+            if self.backend == SQLITE:
+                journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
+                sync = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
+                reading = {
+                    "journal_mode": str(journal).upper(),
+                    "synchronous": _SYNCHRONOUS.get(sync, str(sync)),
+                }
+            else:
+                names = ", ".join(f"'{name}'" for name in PG_SETTINGS)
+                rows = (
+                    await conn.exec_driver_sql(
+                        f"SELECT name, setting FROM pg_settings WHERE name IN ({names})"
+                    )
+                ).all()
+                found = {row[0]: row[1] for row in rows}
+                reading = {name: found.get(name, "?") or "''" for name in PG_SETTINGS}
+        return merge_readings([reading])
 
     def _session(self, sid: str) -> Any:
         session = self._sessions.get(sid)
@@ -344,19 +494,31 @@ class RawSQLite(Subject):
     label = "raw sqlite3 (floor)"
     backend = SQLITE
     kind = "floor"
+    work = "bare"
+    _tail = _FLOOR_TAIL
+    _all = _FLOOR_ALL
+    _schema: tuple[str, ...] = _FLOOR_SQLITE_SCHEMA
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.conn: sqlite3.Connection | None = None
 
     async def open(self) -> None:
+        await self._tables_first()
         conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA busy_timeout = 5000")
-        for statement in _FLOOR_SQLITE_SCHEMA:
+        for statement in self._schema:
             conn.execute(statement)
         self.conn = conn
+
+    async def _tables_first(self) -> None:
+        """Same-work floors: let our own store create the tables first."""
+
+    async def durability(self) -> dict[str, str]:
+        assert self.conn is not None
+        return merge_readings([sqlite_pragmas(self.conn)])
 
     def _write(self, sid: str, texts: list[str]) -> None:
         conn = self.conn
@@ -387,9 +549,9 @@ class RawSQLite(Subject):
         conn = self.conn
         assert conn is not None
         if limit is None:
-            rows = conn.execute(_FLOOR_ALL, (sid,)).fetchall()
+            rows = conn.execute(self._all, (sid,)).fetchall()
         else:
-            rows = conn.execute(_FLOOR_TAIL, (sid, limit)).fetchall()
+            rows = conn.execute(self._tail, (sid, limit)).fetchall()
             rows.reverse()
         return [json.loads(row[0]) for row in rows]
 
@@ -407,6 +569,10 @@ class RawAiosqlite(Subject):
     label = "raw aiosqlite (floor)"
     backend = SQLITE
     kind = "floor"
+    work = "bare"
+    _tail = _FLOOR_TAIL
+    _all = _FLOOR_ALL
+    _schema: tuple[str, ...] = _FLOOR_SQLITE_SCHEMA
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -416,12 +582,19 @@ class RawAiosqlite(Subject):
     async def open(self) -> None:
         import aiosqlite
 
+        await self._tables_first()
         self.conn = await aiosqlite.connect(self.path, isolation_level=None)
         await self.conn.execute("PRAGMA journal_mode = WAL")
         await self.conn.execute("PRAGMA synchronous = FULL")
         await self.conn.execute("PRAGMA busy_timeout = 5000")
-        for statement in _FLOOR_SQLITE_SCHEMA:
+        for statement in self._schema:
             await self.conn.execute(statement)
+
+    async def _tables_first(self) -> None:
+        """Same-work floors: let our own store create the tables first."""
+
+    async def durability(self) -> dict[str, str]:
+        return merge_readings([await aiosqlite_pragmas(self.conn)])
 
     async def _write(self, sid: str, texts: list[str]) -> None:
         async with self._lock:
@@ -448,9 +621,9 @@ class RawAiosqlite(Subject):
 
     async def read(self, sid: str, limit: int | None) -> list[Any]:
         if limit is None:
-            rows = await self.conn.execute_fetchall(_FLOOR_ALL, (sid,))
+            rows = await self.conn.execute_fetchall(self._all, (sid,))
         else:
-            rows = list(await self.conn.execute_fetchall(_FLOOR_TAIL, (sid, limit)))
+            rows = list(await self.conn.execute_fetchall(self._tail, (sid, limit)))
             rows.reverse()
         return [json.loads(row[0]) for row in rows]
 
@@ -492,6 +665,7 @@ class RawAsyncpg(Subject):
     label = "raw asyncpg (floor)"
     backend = POSTGRES
     kind = "floor"
+    work = "bare"
 
     def __init__(self, dsn: str, schema: str, pool: int, data_type: str = "text") -> None:
         self.dsn, self.schema, self.pool_size = dsn, schema, pool
@@ -513,6 +687,9 @@ class RawAsyncpg(Subject):
             server_settings={"search_path": self.schema},
             reset=no_reset,
         )
+        await self._tables()
+
+    async def _tables(self) -> None:
         async with self.pool.acquire() as conn:
             await conn.execute(
                 "CREATE TABLE IF NOT EXISTS floor_items ("
@@ -524,6 +701,10 @@ class RawAsyncpg(Subject):
             )
         cast = "::text" if self.data_type == "text" else f"::{self.data_type}"
         self._insert = f"INSERT INTO floor_items (session_id, data) SELECT $1, d{cast} FROM unnest($2::text[]) AS d"
+
+    async def durability(self) -> dict[str, str]:
+        async with self.pool.acquire() as conn:
+            return merge_readings([await pg_settings(conn)])
 
     async def _write(self, sid: str, texts: list[str]) -> None:
         async with self.pool.acquire() as conn:
@@ -562,6 +743,148 @@ class RawAsyncpg(Subject):
             self.pool = None
 
 
+# ----------------------------------------------------------------------------- same-work floors
+#
+# Hand-written SQL that writes exactly the rows our commit writes, into tables that our
+# own store created (so the same columns, keys and indexes): the batch-id record, the
+# session row (which hands out the contiguous order), the items. One transaction per
+# commit, nothing else: no staging, no retry, no shielding, no validation.
+
+_SAME_RECORD = (
+    "INSERT OR IGNORE INTO txs_batches (session_id, batch_id, committed_at) VALUES (?, ?, ?)"
+)
+_SAME_BUMP = (
+    "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
+    "VALUES (?1, ?2, ?2, ?3, ?3 + 1) ON CONFLICT (session_id) DO UPDATE SET "
+    "updated_at = max(updated_at, ?2), item_count = item_count + ?3, next_seq = next_seq + ?3 "
+    "RETURNING next_seq - ?3"
+)
+_SAME_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
+_SAME_TAIL = "SELECT data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
+_SAME_ALL = "SELECT data FROM txs_items WHERE session_id = ? ORDER BY seq"
+
+
+def _same_work_sqlite(conn: sqlite3.Connection, sid: str, texts: list[str]) -> None:
+    batch_id = uuid.uuid4().hex
+    now = time.time()
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute(_SAME_RECORD, (sid, batch_id, now))
+        (base,) = conn.execute(_SAME_BUMP, (sid, now, len(texts))).fetchone()
+        conn.executemany(
+            _SAME_INSERT, [(sid, base + i, batch_id, text) for i, text in enumerate(texts)]
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+async def _our_sqlite_tables(path: str) -> None:
+    """Create our tables in ``path`` with our own store (public API), then close it."""
+    from sessions import SQLiteStore
+
+    store = await SQLiteStore.open(path)
+    await store.close()
+
+
+class _SameWork:
+    """Mixin of the SQLite same-work floors: our tables, created by our own store."""
+
+    path: str
+    work = "same"
+    workloads = frozenset("abc")
+    _tail = _SAME_TAIL
+    _all = _SAME_ALL
+    _schema: tuple[str, ...] = ()
+
+    async def _tables_first(self) -> None:
+        await _our_sqlite_tables(self.path)
+
+
+class RawSQLiteSame(_SameWork, RawSQLite):
+    """Plain ``sqlite3`` in the event loop writing our rows: the loop-blocking floor of
+    the same work."""
+
+    key = "raw_sqlite3_same"
+    label = "raw sqlite3, our rows (floor)"
+
+    def _write(self, sid: str, texts: list[str]) -> None:
+        assert self.conn is not None
+        _same_work_sqlite(self.conn, sid, texts)
+
+
+class RawAiosqliteOneHopSame(_SameWork, RawAiosqlite):
+    """Plain ``aiosqlite`` writing our rows in one call on its worker thread: the floor
+    of the same work for a design that keeps the event loop free (one hop per commit)."""
+
+    key = "raw_aiosqlite_1hop_same"
+    label = "raw aiosqlite, 1 hop, our rows (floor)"
+
+    async def _write(self, sid: str, texts: list[str]) -> None:
+        await self.conn._execute(_same_work_sqlite, self.conn._conn, sid, texts)
+
+
+_SAME_PG_APPEND = """
+WITH b AS (
+    INSERT INTO same_batches (session_id, batch_id, committed_at)
+    VALUES ($1, $2, now())
+    ON CONFLICT DO NOTHING
+    RETURNING batch_id
+), s AS (
+    INSERT INTO same_sessions AS t (session_id, created_at, updated_at, item_count, next_seq)
+    SELECT $1, now(), now(), $4::bigint, $4::bigint + 1 FROM b
+    ON CONFLICT (session_id) DO UPDATE SET
+        updated_at = GREATEST(t.updated_at, excluded.updated_at),
+        item_count = t.item_count + excluded.item_count,
+        next_seq = t.next_seq + excluded.item_count
+    RETURNING t.next_seq - $4::bigint AS base
+)
+INSERT INTO same_items (session_id, seq, batch_id, data)
+SELECT $1, s.base + u.ord - 1, $2, u.data
+FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
+"""
+
+
+class RawAsyncpgSame(RawAsyncpg):
+    """Plain ``asyncpg`` writing our rows in one statement per commit (data-modifying
+    CTEs: batch record, session row, items), into tables our store created with the
+    prefix ``same_``: the one-statement floor of the same work."""
+
+    key = "raw_asyncpg_same"
+    label = "raw asyncpg, our rows (floor)"
+    work = "same"
+    workloads = frozenset("abc")
+
+    async def _tables(self) -> None:
+        from sessions.postgres import PostgresStore
+
+        store = await PostgresStore.open(
+            self.dsn, schema=self.schema, table_prefix="same_", min_size=1, max_size=1
+        )
+        await store.close()
+
+    async def _write(self, sid: str, texts: list[str]) -> None:
+        async with self.pool.acquire() as conn:
+            await conn.execute(_SAME_PG_APPEND, sid, uuid.uuid4().hex, texts, len(texts))
+
+    async def read(self, sid: str, limit: int | None) -> list[Any]:
+        async with self.pool.acquire() as conn:
+            if limit is None:
+                rows = await conn.fetch(
+                    "SELECT data FROM same_items WHERE session_id = $1 ORDER BY seq", sid
+                )
+            else:
+                rows = await conn.fetch(
+                    "SELECT data FROM same_items WHERE session_id = $1 ORDER BY seq DESC LIMIT $2",
+                    sid,
+                    limit,
+                )
+                rows.reverse()
+        return [json.loads(row[0]) for row in rows]
+
+
 # ----------------------------------------------------------------------------- factories
 
 
@@ -576,19 +899,34 @@ def sqlite_subjects(directory: str, tag: str, *, only: set[str] | None = None) -
         RawSQLite(path("raw")),
         RawAiosqlite(path("rawaio")),
         RawAiosqliteOneHop(path("rawaio1")),
+        RawSQLiteSame(path("rawsame")),
+        RawAiosqliteOneHopSame(path("rawaio1same")),
         SDKSQLite(path("sdk")),
         SDKAsyncSQLite(path("sdkasync")),
         SDKSQLAlchemy(f"sqlite+aiosqlite:///{path('sqla')}", SQLITE),
     ]
-    return [s for s in made if only is None or s.key in only]
+    return [s for s in made if _wanted(s, tag, only)]
+
+
+def _wanted(subject: Subject, tag: str, only: set[str] | None) -> bool:
+    if only is not None:
+        return subject.key in only
+    return tag in subject.workloads
 
 
 def postgres_subjects(
-    dsn: str, schema: str, pool: int, *, data_type: str = "text", only: set[str] | None = None
+    dsn: str,
+    schema: str,
+    pool: int,
+    tag: str,
+    *,
+    data_type: str = "text",
+    only: set[str] | None = None,
 ) -> list[Subject]:
     made: list[Subject] = [
         OursPostgres(dsn, schema, pool),
         RawAsyncpg(dsn, schema, pool, data_type=data_type),
+        RawAsyncpgSame(dsn, schema, pool),
         SDKSQLAlchemy(
             sqlalchemy_pg_url(dsn),
             POSTGRES,
@@ -597,7 +935,21 @@ def postgres_subjects(
             connect_args={"server_settings": {"search_path": schema}},
         ),
     ]
-    return [s for s in made if only is None or s.key in only]
+    return [s for s in made if _wanted(s, tag, only)]
+
+
+async def pg_schema(dsn: str, schema: str, *, drop: bool) -> None:
+    """Create (or drop, with everything in it) a schema of the benchmarks' own."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        if drop:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        else:
+            await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+    finally:
+        await conn.close()
 
 
 def sqlalchemy_pg_url(dsn: str) -> str:

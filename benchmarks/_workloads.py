@@ -13,7 +13,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ._config import Config
@@ -41,7 +41,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _entry(subject: Subject) -> Result:
-    return {"label": subject.label, "kind": subject.kind}
+    return {"label": subject.label, "kind": subject.kind, "work": subject.work}
 
 
 async def open_all(subjects: list[Subject]) -> tuple[list[Subject], dict[str, str]]:
@@ -193,6 +193,8 @@ async def _one_level(subject: Subject, level: int, cfg: Config, tag: str = "") -
     for task in done:
         if not task.cancelled() and task.exception() is not None:
             errors.append(repr(task.exception()))
+    # Warm-up included: how many transactions stored these sessions' commits.
+    counted = await subject.transactions(sids)
     kinds: dict[str, int] = {}
     for message in errors:
         kinds[message[:160]] = kinds.get(message[:160], 0) + 1
@@ -206,6 +208,8 @@ async def _one_level(subject: Subject, level: int, cfg: Config, tag: str = "") -
         "warmup_errors": warm_errors,
         "error_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])[:5]),
         "timed_out": timed_out,
+        "batches": None if counted is None else counted[0],
+        "transactions": None if counted is None else counted[1],
     }
 
 
@@ -227,11 +231,23 @@ def _merge_rounds(cells: list[Result]) -> Result:
         "warmup_errors": sum(c["warmup_errors"] for c in cells),
         "error_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1])[:5]),
         "timed_out": any(c["timed_out"] for c in cells),
+        "batches": _sum_or_none(c.get("batches") for c in cells),
+        "transactions": _sum_or_none(c.get("transactions") for c in cells),
     }
 
 
+def _sum_or_none(values: Any) -> int | None:
+    found = list(values)
+    if not found or any(v is None for v in found):
+        return None
+    return int(sum(found))
+
+
 async def concurrency(
-    make: Callable[[], list[Subject]], cfg: Config, progress: Callable[[str], None]
+    make: Callable[[], list[Subject]],
+    cfg: Config,
+    progress: Callable[[str], None],
+    record: Callable[[list[Subject]], Awaitable[None]] | None = None,
 ) -> Result:
     """(c) ``level`` sessions written at once, each turn its own commit.
 
@@ -268,6 +284,8 @@ async def concurrency(
                     continue
                 try:
                     cell = await _one_level(subject, level, cfg, tag=f"r{r}")
+                    if record is not None:
+                        await record(opened)
                 finally:
                     await close_all(opened)
                 cells.setdefault(subject.key, []).append(cell)

@@ -150,14 +150,16 @@ class ChatService:
             else:
                 self._locks[conversation_id] = (lock, users - 1)
 
-    def start_turn(self, conversation_id: str, message: str) -> asyncio.Queue[bytes | None]:
+    def start_turn(
+        self, conversation_id: str, message: str
+    ) -> tuple[asyncio.Queue[bytes | None], asyncio.Task[None]]:
         """Start a turn now; its events arrive on the returned queue (``None`` ends it)."""
         session = self.store.session(conversation_id)  # validates the id, no I/O
         events: asyncio.Queue[bytes | None] = asyncio.Queue()
         task = asyncio.create_task(self._run_turn(session, message, events))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-        return events
+        return events, task
 
     async def _run_turn(
         self, session: Any, message: str, events: asyncio.Queue[bytes | None]
@@ -236,7 +238,7 @@ def _service(request: Request) -> ChatService:
 async def chat(conversation_id: str, body: ChatRequest, request: Request) -> StreamingResponse:
     """Stream the answer as server-sent events: ``delta`` ..., then ``done`` or ``error``."""
     try:
-        events = _service(request).start_turn(conversation_id, body.message)
+        events, turn = _service(request).start_turn(conversation_id, body.message)
     except InvalidSessionIdError as exc:
         raise HTTPException(status_code=400, detail=str(exc)) from None
 
@@ -249,8 +251,11 @@ async def chat(conversation_id: str, body: ChatRequest, request: Request) -> Str
         finally:
             if not finished:
                 logger.info(
-                    "client of conversation %r went away mid-answer; the turn runs on and commits",
+                    "client of conversation %r went away %s",
                     conversation_id,
+                    "after its turn had ended"
+                    if turn.done()
+                    else "mid-answer; the turn runs on and commits",
                 )
 
     return StreamingResponse(

@@ -54,6 +54,10 @@ class Batch:
     raises :class:`~sessions.errors.ConflictError`); then ``items`` are appended,
     contiguous and in order, after every item already stored.
 
+    ``restore_times`` (restores only: ``sessions import``) is ``(created_at,
+    updated_at)``: when the batch is applied, the session's metadata takes these
+    times instead of the commit's, in the same transaction. ``None`` for every commit.
+
     Two optional conditions and one optional write, used by the SDK flows:
 
     * ``tail``: the key of the newest stored item when the batch was prepared (a
@@ -68,6 +72,7 @@ class Batch:
     clear: bool
     pops: tuple[int, ...]
     items: tuple[str, ...]
+    restore_times: tuple[datetime, datetime] | None = None
     tail: int | None = None
     run_state: RunStateChange | None = None
 
@@ -164,6 +169,10 @@ class AdminBackend(Protocol):
         """Up to ``limit`` rows with key > ``after`` (all keys when ``None``), oldest first."""
         ...
 
-    async def prune_batches(self, cutoff: datetime) -> int:
-        """Forget the ids of batches committed before ``cutoff``; return how many."""
+    async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
+        """Forget the ids of batches committed before ``cutoff``; return how many.
+
+        Ids that start with one of ``keep_prefixes`` (the bulk writers' ids, see
+        :func:`sessions._commit.derived_batch_id`) are kept, however old.
+        """
         ...

@@ -4,12 +4,15 @@ Each chunk is one batch whose id is derived from the writer's namespace, the ses
 the position of the chunk's first item in the source and the chunk's content
 (:func:`~sessions._commit.derived_batch_id`). Backends apply a batch id at most once,
 so writing the same source again, or resuming an interrupted write at a chunk boundary,
-adds nothing twice.
+adds nothing twice. The records of these ids are never pruned
+(:meth:`~sessions.Store.prune_batch_records`), so that stays true however late the
+rerun comes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Batch
@@ -31,6 +34,8 @@ class ChunkWriter:
 
     ``position`` is where the next item sits in the source's history of the session
     (0 for a fresh copy; the number of items already copied when resuming).
+    ``restore_times`` (with ``total``, the number of items the source has) goes on the
+    chunk that ends at ``total``: that chunk gives the session its source's times.
     """
 
     def __init__(
@@ -43,6 +48,8 @@ class ChunkWriter:
         chunk_items: int = CHUNK_ITEMS,
         chunk_bytes: int = CHUNK_BYTES,
         progress: Progress | None = None,
+        total: int | None = None,
+        restore_times: tuple[datetime, datetime] | None = None,
     ) -> None:
         self.store = store
         self.session_id = session_id
@@ -51,23 +58,33 @@ class ChunkWriter:
         self.chunk_items = chunk_items
         self.chunk_bytes = chunk_bytes
         self.progress = progress
+        self.total = total
+        self.restore_times = restore_times
         self.added = 0
         self.already_present = 0
         self._pending: list[str] = []
         self._bytes = 0
 
-    def marker_id(self) -> str:
-        """The id of this writer's marker batch for the session (no items)."""
-        return derived_batch_id(self.namespace, self.session_id, -1, ())
+    def marker_id(self, *facts: str) -> str:
+        """The id of a marker batch (no items) of this writer for the session.
 
-    async def has_marker(self) -> bool:
-        """Whether this kind of writer has written to the session before."""
-        return await self._present(self.marker_id())
+        Without ``facts``, the one marker of the session; ``facts`` tell apart markers
+        of different contents or kinds (import: how and what it imported).
+        """
+        return derived_batch_id(self.namespace, self.session_id, -1, facts)
 
-    async def mark(self) -> None:
-        """Write the marker batch (creates the session, even without items). Idempotent."""
-        batch = Batch(self.marker_id(), False, (), ())
-        if not await self._present(batch.batch_id):
+    async def has_marker(self, *facts: str) -> bool:
+        """Whether this marker was written to the session before."""
+        return await self.present(self.marker_id(*facts))
+
+    async def mark(self, *facts: str) -> None:
+        """Write the marker batch (creates the session, even without items). Idempotent.
+
+        A session without items takes ``restore_times`` from its marker.
+        """
+        times = self.restore_times if self.total == 0 else None
+        batch = Batch(self.marker_id(*facts), False, (), (), times)
+        if not await self.present(batch.batch_id):
             await self._write(batch)
 
     async def add(self, text: str) -> None:
@@ -83,19 +100,22 @@ class ChunkWriter:
         if not texts:
             return
         batch_id = derived_batch_id(self.namespace, self.session_id, self.position, texts)
-        if await self._present(batch_id):
+        last = self.total is not None and self.position + len(texts) == self.total
+        if await self.present(batch_id):
             self.already_present += len(texts)
         else:
-            await self._write(Batch(batch_id, False, (), tuple(texts)))
+            times = self.restore_times if last else None
+            await self._write(Batch(batch_id, False, (), tuple(texts), times))
             self.added += len(texts)
         self.position += len(texts)
         if self.progress is not None:
             self.progress(len(texts))
 
-    async def _present(self, batch_id: str) -> bool:
+    async def present(self, *batch_ids: str) -> bool:
+        """Whether any of ``batch_ids`` is recorded as applied to the session."""
         self.store.check_usable("import/migrate")
-        backend = self.store.backend
-        return batch_id in await backend.applied(self.session_id, [batch_id])
+        found = await self.store.backend.applied(self.session_id, list(batch_ids))
+        return bool(found)
 
     async def _write(self, batch: Batch) -> None:
         await write_batches(self.store, self.session_id, [batch])

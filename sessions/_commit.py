@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, Batch
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import BULK_NAMESPACES, DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._shield import DeadlineExceeded, shielded
 from .errors import (
     CommitConflictError,
@@ -196,10 +196,13 @@ async def write_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
 def derived_batch_id(namespace: str, session_id: str, position: int, texts: Sequence[str]) -> str:
     """A batch id that depends only on its inputs: what makes bulk writes idempotent.
 
-    ``namespace`` says which writer made it (``imp`` for import, ``mig`` for migration);
-    ``position`` is where the batch's first item sits in the source's history of that
-    session (``-1`` for a marker batch without items).
+    ``namespace`` says which writer made it (one of :data:`BULK_NAMESPACES`: ``imp``
+    for import, ``mig`` for migration); ``position`` is where the batch's first item
+    sits in the source's history of that session (``-1`` for a marker batch without
+    items). Records of these ids are never pruned.
     """
+    if namespace not in BULK_NAMESPACES:
+        raise ValueError(f"unknown bulk namespace {namespace!r}: one of {BULK_NAMESPACES}")
     digest = hashlib.sha256()
     digest.update(f"{namespace}\0{session_id}\0{position}\0{len(texts)}\0".encode())
     for text in texts:

@@ -5,10 +5,28 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-__all__ = ["DEFAULT_COMMIT_TIMEOUT", "RetryPolicy"]
+__all__ = [
+    "BULK_NAMESPACES",
+    "DEFAULT_COMMIT_TIMEOUT",
+    "RECORD_MARGIN",
+    "RetryPolicy",
+    "kept_prefixes",
+    "min_record_age",
+]
 
 #: Seconds a caller of ``commit()`` (or an autocommit write, or ``close()``) may be held.
 DEFAULT_COMMIT_TIMEOUT = 30.0
+
+#: Namespaces of bulk writers' batch ids (``imp``: import, ``mig``: migration; see
+#: :func:`sessions._commit.derived_batch_id`). Their records are what make a rerun of a
+#: bulk write add nothing, whenever it happens, so pruning never removes them (one
+#: record per chunk of up to 500 items, plus a marker per session).
+BULK_NAMESPACES = ("imp", "mig")
+
+#: Seconds added to a store's own retry window when it prunes batch records: the
+#: shield's grace, clocks of other writers that run a little behind, a commit that
+#: started just before its store computed the cutoff.
+RECORD_MARGIN = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +62,18 @@ class RetryPolicy:
             min(self.max_delay, self.initial_delay * (2.0 ** (attempt - 1)))
             for attempt in range(1, self.attempts)
         )
+
+
+def min_record_age(policy: RetryPolicy, commit_timeout: float) -> float:
+    """The shortest age (seconds) at which a batch record may be pruned.
+
+    A record must outlive every attempt to apply its batch: the retries of one commit
+    all happen within ``commit_timeout`` (the bounded shield), and the waits between
+    them add up to at most ``policy.window()``; :data:`RECORD_MARGIN` covers the rest.
+    """
+    return policy.window() + commit_timeout + RECORD_MARGIN
+
+
+def kept_prefixes() -> tuple[str, ...]:
+    """Batch-id prefixes whose records are never pruned (the bulk writers')."""
+    return tuple(f"{namespace}-" for namespace in BULK_NAMESPACES)

@@ -461,7 +461,9 @@ class BufferedSession(AsyncResource):
                 )
                 if plan is None or plan.keep:
                     return False
-                batch = Batch(uuid.uuid4().hex, False, tuple(plan.pops), tuple(texts), plan.tail)
+                batch = Batch(
+                    uuid.uuid4().hex, False, tuple(plan.pops), tuple(texts), tail=plan.tail
+                )
             outcome = await apply_batches(store, self.session_id, [batch])
         if outcome.error is None:
             return True

@@ -93,7 +93,8 @@ class Stage:
             text, label = self.run_state
             change = RunStateChange(text, expect_version, label)
         tail = None if self.clear else self.tail
-        return Batch(self.batch_id, self.clear, tuple(self.pops), tuple(self.items), tail, change)
+        pops, items = tuple(self.pops), tuple(self.items)
+        return Batch(self.batch_id, self.clear, pops, items, tail=tail, run_state=change)
 
     def absorb(self, later: Stage) -> None:
         """Fold a later ``OPEN`` stage into this ``OPEN`` one (both never applied)."""

@@ -8,7 +8,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
 from ._backend import AdminBackend, Backend, SessionInfo
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import (
+    DEFAULT_COMMIT_TIMEOUT,
+    RECORD_MARGIN,
+    RetryPolicy,
+    kept_prefixes,
+    min_record_age,
+)
 from ._resource import AsyncResource
 from ._validate import validate_positive_int, validate_seconds, validate_session_id
 from .errors import SessionError, StoreClosedError
@@ -217,13 +223,32 @@ class Store(AsyncResource, Generic[S]):
             after = page[-1].session_id
 
     async def prune_batch_records(self, older_than: timedelta = timedelta(days=1)) -> int:
-        """Forget the ids of batches committed more than ``older_than`` ago.
+        """Forget the ids of session commits made more than ``older_than`` ago.
 
         Each commit records its batch id so that a retried commit is never applied
-        twice. A record is only needed while a commit of that batch may still be
-        retried (seconds, at most minutes); pruning older ones keeps the table small.
-        Returns how many records were removed.
+        twice; a record is needed only while that batch may still be sent again. So
+        ``older_than`` may not be shorter than the longest a commit of this store can
+        keep retrying (:attr:`min_batch_record_age`: the retry policy's waits plus
+        ``commit_timeout`` plus a margin); a shorter one raises ``ValueError`` naming
+        both. A commit that failed with ``outcome_known=False`` and is committed again
+        by hand later than ``older_than`` could be applied twice: retry those promptly.
+        The records of import and migration are kept, however old: they are what makes
+        running an import or a migration again add nothing. Returns how many went.
         """
         _check_age(older_than, "older_than")
+        minimum = self.min_batch_record_age
+        if older_than.total_seconds() < minimum:
+            raise ValueError(
+                f"prune_batch_records(older_than={older_than.total_seconds():g}s) would "
+                "forget batches that may still be retried: older_than must be at least "
+                f"{minimum:g}s (this store's retry window {self._retry.window():g}s + "
+                f"commit_timeout {self._commit_timeout:g}s + {RECORD_MARGIN:g}s margin)"
+            )
         admin = self._admin("prune_batch_records")
-        return await admin.prune_batches(datetime.now(timezone.utc) - older_than)
+        cutoff = datetime.now(timezone.utc) - older_than
+        return await admin.prune_batches(cutoff, keep_prefixes=kept_prefixes())
+
+    @property
+    def min_batch_record_age(self) -> float:
+        """Seconds: the shortest ``older_than`` :meth:`prune_batch_records` accepts."""
+        return min_record_age(self._retry, self._commit_timeout)

@@ -15,11 +15,28 @@ retried, shielded, bounded by the store's ``commit_timeout``). Each chunk is one
 whose id is derived from the session id, the chunk's position among that session's
 items in the file and its content, and backends skip batch ids they have already
 applied: importing the same file twice adds nothing, and an interrupted import can
-simply be run again.
+simply be run again (these records are never pruned).
+
+What happens to a session of the file that the store already has is the ``mode``:
+
+* ``skip`` (default): left alone, reported, unless this same history (same items, in
+  the same order) was imported into it before, in which case the import carries on
+  where it stopped. So importing an export back into the store it came from, or the
+  same file twice, never duplicates a history.
+* ``append``: the file's items go after the items the session has.
+* ``replace``: the session is deleted first (history, metadata, batch records), then
+  imported. Not one transaction with the import: if interrupted, run it again.
+
+Before the first chunk of a session, a marker batch (no items) records how this
+content was imported (``created`` or ``appended``, with a digest of the session's items
+in the file): that is what tells "imported before" from "already there". A session the
+import creates (or replaces) takes the ``created_at`` / ``updated_at`` of the export,
+written with its last chunk (:attr:`~sessions._backend.Batch.restore_times`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -27,7 +44,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from ._backend import AdminBackend, SessionInfo
 from ._bulk import CHUNK_ITEMS, ChunkWriter
@@ -39,8 +56,10 @@ from .errors import InvalidItemError, InvalidSessionIdError, SessionError
 __all__ = [
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
+    "IMPORT_MODES",
     "ExportResult",
     "ImportFileError",
+    "ImportMode",
     "ImportResult",
     "UnknownSessionError",
     "admin_backend",
@@ -53,6 +72,10 @@ __all__ = [
 EXPORT_FORMAT = "txsessions-export"
 EXPORT_VERSION = 1
 PAGE_SIZE = 500
+
+ImportMode = Literal["skip", "append", "replace"]
+#: What ``import_sessions(mode=...)`` accepts; the first is the default.
+IMPORT_MODES: tuple[ImportMode, ...] = ("skip", "append", "replace")
 
 Progress = Callable[[int], None]
 
@@ -276,15 +299,35 @@ class _Record:
     kind: str  # "session", "item", "end"
     session_id: str
     text: str = ""  # the item, canonical JSON (kind == "item")
+    times: tuple[datetime, datetime] | None = None  # (created, updated) (kind == "session")
 
 
 @dataclass
 class ImportResult:
+    """What an import did. ``items`` and ``sessions`` count the file."""
+
     sessions: int = 0
     items: int = 0
     added: int = 0
+    """Items written."""
     already_present: int = 0
+    """Items of histories imported before (nothing written for them)."""
+    skipped: list[str] = field(default_factory=list)
+    """Sessions left alone: already in the store, not from this import (mode ``skip``)."""
+    skipped_items: int = 0
+    replaced: list[str] = field(default_factory=list)
+    """Sessions deleted and imported again (mode ``replace``)."""
     session_ids: set[str] = field(default_factory=set, repr=False)
+
+
+@dataclass
+class _Plan:
+    """One session of the file, from the first pass: how many items, their digest,
+    the export's times."""
+
+    items: int = 0
+    digest: Any = field(default_factory=hashlib.sha256)
+    times: tuple[datetime, datetime] | None = None
 
 
 def _read_lines(path: str) -> Iterator[tuple[int, str]]:
@@ -351,12 +394,31 @@ class _Scanner:
             raise self.bad(number, f"bad session id: {exc}") from None
         assert isinstance(session_id, str)
         if kind == "session":
-            return self.open_session(number, session_id)
+            return self.open_session(number, session_id, self.times(number, value))
         if kind == "item":
             return self.item(number, session_id, value.get("item"))
         return self.end(number, session_id, value.get("items"))
 
-    def open_session(self, number: int, session_id: str) -> _Record:
+    def times(self, number: int, value: dict[str, Any]) -> tuple[datetime, datetime] | None:
+        """The session line's ``(created_at, updated_at)``; ``None`` if it has neither."""
+        raw = (value.get("created_at"), value.get("updated_at"))
+        if raw == (None, None):
+            return None
+        parsed: list[datetime] = []
+        for name, text in zip(("created_at", "updated_at"), raw, strict=True):
+            moment = _parse_time(text)
+            if moment is None:
+                raise self.bad(
+                    number, f"{name} must be an ISO 8601 time with a UTC offset, got {text!r}"
+                )
+            parsed.append(moment)
+        if parsed[0] > parsed[1]:
+            raise self.bad(number, f"created_at {raw[0]!r} is after updated_at {raw[1]!r}")
+        return parsed[0], parsed[1]
+
+    def open_session(
+        self, number: int, session_id: str, times: tuple[datetime, datetime] | None
+    ) -> _Record:
         if self.current is not None:
             raise self.bad(
                 number,
@@ -364,7 +426,7 @@ class _Scanner:
                 f"(line {self.current[1]}) ended: its end line is missing",
             )
         self.current = (session_id, number, 0)
-        return _Record(number, "session", session_id)
+        return _Record(number, "session", session_id, times=times)
 
     def item(self, number: int, session_id: str, item: Any) -> _Record:
         current = self.current
@@ -398,6 +460,17 @@ class _Scanner:
         return _Record(number, "end", session_id)
 
 
+def _parse_time(text: Any) -> datetime | None:
+    """An ISO 8601 time with an offset (``Z`` too) as an aware datetime, else ``None``."""
+    if not isinstance(text, str):
+        return None
+    try:
+        moment = datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else None
+
+
 def scan_import(path: str) -> Iterator[_Record]:
     """Parse and check an export file, yielding its session/item/end records.
 
@@ -424,44 +497,99 @@ async def import_sessions(
     store: Store[Any],
     path: str,
     *,
+    mode: ImportMode = "skip",
     progress: Progress | None = None,
     on_total: Progress | None = None,
     chunk_items: int = CHUNK_ITEMS,
 ) -> ImportResult:
-    """Append every session of an export file to ``store``. Idempotent (see module doc).
+    """Import every session of an export file into ``store``; see the module doc.
 
-    Raises :class:`ImportFileError` (nothing written) when any line is bad.
+    ``mode`` decides what happens to sessions the store already has: ``"skip"``
+    (default), ``"append"`` or ``"replace"``. Idempotent in every mode: running the
+    same import again adds nothing. Raises :class:`ImportFileError` (nothing written)
+    when any line is bad.
     """
+    if mode not in IMPORT_MODES:
+        raise ValueError(f"mode must be one of {', '.join(IMPORT_MODES)}; got {mode!r}")
     admin_backend(store, "import")  # fail early on a store that cannot take batches
-    total = ImportResult()
-    for record in scan_import(path):  # pass 1: validate everything first
-        if record.kind == "item":
-            total.items += 1
-        total.session_ids.add(record.session_id)
-    total.sessions = len(total.session_ids)
+    plans = _first_pass(path)  # validates everything before anything is written
+    total = ImportResult(sessions=len(plans), session_ids=set(plans))
+    total.items = sum(plan.items for plan in plans.values())
     if on_total is not None:
         on_total(total.items)
-
-    writers: dict[str, ChunkWriter] = {}  # a session's position carries across blocks
+    writers: dict[str, ChunkWriter | None] = {}  # None: skipped
     current: ChunkWriter | None = None
+    current_id: str | None = None
     for record in scan_import(path):  # pass 2: apply
-        if current is None or current.session_id != record.session_id:
+        if record.session_id != current_id:
             if current is not None:
                 await current.flush()
-            current = writers.get(record.session_id)
-            if current is None:
-                current = writers[record.session_id] = ChunkWriter(
-                    store, record.session_id, "imp", chunk_items=chunk_items, progress=progress
+            current_id = record.session_id
+            if current_id not in writers:
+                writers[current_id] = await _start_session(
+                    store, current_id, plans[current_id], mode, total, progress, chunk_items
                 )
+            current = writers[current_id]
+        if current is None:
+            continue
         if record.kind == "item":
             await current.add(record.text)
         elif record.kind == "end":
             await current.flush()
-            if current.position == 0:
-                await current.mark()  # an empty session: a batch without items creates it
     if current is not None:
         await current.flush()
     for writer in writers.values():
-        total.added += writer.added
-        total.already_present += writer.already_present
+        if writer is not None:
+            total.added += writer.added
+            total.already_present += writer.already_present
     return total
+
+
+def _first_pass(path: str) -> dict[str, _Plan]:
+    """Check the whole file; per session: item count, digest of the items, times."""
+    plans: dict[str, _Plan] = {}
+    for record in scan_import(path):
+        plan = plans.setdefault(record.session_id, _Plan())
+        if record.kind == "item":
+            plan.items += 1
+            plan.digest.update(record.text.encode("utf-8", "surrogatepass") + b"\n")
+        elif record.kind == "session" and plan.times is None:
+            plan.times = record.times
+    return plans
+
+
+async def _start_session(
+    store: Store[Any],
+    session_id: str,
+    plan: _Plan,
+    mode: ImportMode,
+    result: ImportResult,
+    progress: Progress | None,
+    chunk_items: int,
+) -> ChunkWriter | None:
+    """Decide what to do with one session (see the module doc); ``None``: skip it.
+
+    Writes the session's marker, which creates the session if it is new.
+    """
+    writer = ChunkWriter(
+        store, session_id, "imp", chunk_items=chunk_items, progress=progress, total=plan.items
+    )
+    digest = plan.digest.hexdigest()
+    created, appended = writer.marker_id("created", digest), writer.marker_id("appended", digest)
+    kind = "created"
+    if mode == "replace":
+        if await store.delete_session(session_id):
+            result.replaced.append(session_id)
+    elif await store.session_info(session_id) is not None and not await writer.present(created):
+        if await writer.present(appended) or mode == "append":
+            kind = "appended"
+        else:
+            result.skipped.append(session_id)
+            result.skipped_items += plan.items
+            if progress is not None:
+                progress(plan.items)
+            return None
+    if kind == "created":
+        writer.restore_times = plan.times
+    await writer.mark(kind, digest)
+    return writer

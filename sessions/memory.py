@@ -62,6 +62,7 @@ def _applied(
     next_key = history.next_key
     done = dict(history.batches)
     run_state = history.run_state
+    created, updated = history.created_at, history.updated_at
     for batch in batches:
         if batch.batch_id in done:
             continue  # applied by an earlier attempt
@@ -85,9 +86,12 @@ def _applied(
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
         done[batch.batch_id] = now
+        updated = max(updated, now)
+        if batch.restore_times is not None:  # a restore (import): the export's times
+            created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(history.created_at, now, rows, next_key, done, run_state)
+    return _History(created, updated, rows, next_key, done, run_state)
 
 
 def _run_state_after(
@@ -185,10 +189,11 @@ class MemoryBackend:
         rows = [row for row in history.rows.items() if after is None or row[0] > after]
         return rows[:limit]
 
-    async def prune_batches(self, cutoff: datetime) -> int:
+    async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         pruned = 0
+        keep = tuple(keep_prefixes)
         for history in self._sessions.values():
-            old = [b for b, at in history.batches.items() if at < cutoff]
+            old = [b for b, at in history.batches.items() if at < cutoff and not b.startswith(keep)]
             for batch_id in old:
                 del history.batches[batch_id]
             pruned += len(old)

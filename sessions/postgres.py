@@ -7,10 +7,15 @@ resolution live in the core (:mod:`sessions._commit`, :mod:`sessions._session`).
   the batch id (``ON CONFLICT DO NOTHING``), bump the session row (which locks it and
   hands out a contiguous ``seq`` range) only if the id was new, and insert the items
   from ``unnest($n::text[]) WITH ORDINALITY``.
-* Pops, clears and several queued batches run in an explicit transaction that first
-  locks the session row in a statement of its own, so that every later statement of
-  that transaction (under READ COMMITTED each takes a fresh snapshot) sees every item
-  committed before the lock was granted.
+* Appends of many sessions that arrive while others are in flight are sent together
+  (group commit, see ``_Grouper``): the append statement once per batch, pipelined in
+  one round trip, one implicit transaction, one WAL flush. If the server rejects the
+  group, it is applied again entry by entry, each in a savepoint of one transaction,
+  so a failing commit fails alone.
+* Pops and clears run in an explicit transaction that first locks the session row in
+  a statement of its own, so that every later statement of that transaction (under
+  READ COMMITTED each takes a fresh snapshot) sees every item committed before the
+  lock was granted.
 * A pooled connection goes back to the pool clean or not at all: anything other than a
   server-reported error (cancellation, timeout, lost connection) terminates it.
 
@@ -23,6 +28,7 @@ may start at once.
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -104,7 +110,9 @@ _SQL_VERSION_TABLE = (
 )
 
 # The common commit: one batch of items only, one statement, one round trip.
-# $1 session_id, $2 batch_id, $3 items text[], $4 item count.
+# $1 session_id, $2 batch_id, $3 items text[], $4 item count. now() is when the
+# transaction started; a commit that started earlier but got the row later must not move
+# updated_at back, hence GREATEST (here and in _SQL_BATCH).
 _SQL_APPEND = """
 WITH b AS (
     INSERT INTO {batches} (session_id, batch_id, committed_at)
@@ -115,7 +123,7 @@ WITH b AS (
     INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq)
     SELECT $1, now(), now(), $4::bigint, $4::bigint + 1 FROM b
     ON CONFLICT (session_id) DO UPDATE SET
-        updated_at = excluded.updated_at,
+        updated_at = GREATEST(t.updated_at, excluded.updated_at),
         item_count = t.item_count + excluded.item_count,
         next_seq = t.next_seq + excluded.item_count
     RETURNING t.next_seq - $4::bigint AS base
@@ -149,7 +157,7 @@ WITH b AS (
     RETURNING seq
 ), s AS (
     UPDATE {sessions} SET
-        updated_at = now(),
+        updated_at = GREATEST(updated_at, now()),
         item_count = CASE WHEN $3::boolean THEN $6::bigint
                           ELSE item_count - (SELECT count(*) FROM d) + $6::bigint END,
         next_seq = next_seq + $6::bigint
@@ -188,7 +196,12 @@ _SQL_STALE = (
 _SQL_RANGE = (
     "SELECT seq, data FROM {items} WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
 )
-_SQL_PRUNE = "DELETE FROM {batches} WHERE committed_at < $1"
+_SQL_PRUNE = (
+    "DELETE FROM {batches} WHERE committed_at < $1 AND NOT EXISTS (SELECT 1 FROM "
+    "unnest($2::text[]) AS k(prefix) WHERE left(batch_id, length(k.prefix)) = k.prefix)"
+)
+# A restore (import) gives the session the times of its export: $2 created, $3 updated.
+_SQL_RESTORE_TIMES = "UPDATE {sessions} SET created_at = $2, updated_at = $3 WHERE session_id = $1"
 _SQL_DELETE_LOCK = "SELECT updated_at FROM {sessions} WHERE session_id = $1 FOR UPDATE"
 _SQL_DELETE_ITEMS = "DELETE FROM {items} WHERE session_id = $1"
 _SQL_DELETE_BATCHES = "DELETE FROM {batches} WHERE session_id = $1"
@@ -254,6 +267,7 @@ class _Sql:
     stale: str
     range: str
     prune: str
+    restore_times: str
     delete: tuple[str, str, str, str]
 
     @classmethod
@@ -271,6 +285,7 @@ class _Sql:
             stale=s(_SQL_STALE),
             range=s(_SQL_RANGE),
             prune=s(_SQL_PRUNE),
+            restore_times=s(_SQL_RESTORE_TIMES),
             delete=(
                 s(_SQL_DELETE_LOCK),
                 s(_SQL_DELETE_ITEMS),
@@ -363,6 +378,144 @@ def _classify(exc: BaseException, operation: str, phase: _Phase) -> StorageError
     return None
 
 
+@dataclass(frozen=True)
+class GroupCommitStats:
+    """What a backend's group commit has done since the store opened."""
+
+    transactions: int
+    """Append transactions sent (one round trip and one WAL flush each)."""
+    commits: int
+    """``apply`` calls those transactions carried."""
+    largest: int
+    """The most commits one transaction carried."""
+    isolated: int
+    """Groups whose shared statement failed and were applied again entry by entry."""
+
+
+# How many append sends may be in flight at once (at most the pool's size); commits
+# arriving meanwhile wait and leave together in the next one. Fewer sends mean larger
+# groups (fewer statements and WAL flushes), more mean less waiting. Two keep the server
+# busy with one group while the client wakes the callers of the other and gathers the
+# next.
+_GROUP_SENDS = 2
+# Bounds on one group statement.
+_GROUP_MAX_COMMITS = 256
+_GROUP_MAX_ITEMS = 8192
+
+_Outcome = BaseException | None
+
+
+class _Entry:
+    """One ``apply`` call of append-only batches, waiting for (or in) a send."""
+
+    __slots__ = ("alone", "batches", "done", "session_id", "task")
+
+    def __init__(self, session_id: str, batches: Sequence[Batch]) -> None:
+        self.session_id = session_id
+        self.batches = batches
+        self.done: asyncio.Future[_Outcome] | None = None
+        self.task: asyncio.Future[None] | None = None
+        self.alone = True
+
+    def items(self) -> int:
+        return sum(len(batch.items) for batch in self.batches)
+
+
+class _Grouper:
+    """Append-only commits waiting to share one statement (group commit).
+
+    At most ``limit`` sends are in flight at once. A commit that finds a send free and
+    nobody waiting goes at once, alone, in its caller's task: a lone commit costs what
+    it always did. Otherwise it waits here, and whenever a send ends every waiting
+    commit (up to the bounds) leaves in the next one.
+    """
+
+    __slots__ = (
+        "commits",
+        "isolated",
+        "largest",
+        "limit",
+        "pending",
+        "sending",
+        "tasks",
+        "transactions",
+    )
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.sending = 0
+        self.pending: collections.deque[_Entry] = collections.deque()
+        self.tasks: set[asyncio.Future[None]] = set()
+        self.transactions = 0
+        self.commits = 0
+        self.largest = 0
+        self.isolated = 0
+
+    def free(self) -> bool:
+        return self.sending < self.limit
+
+    def take(self) -> list[_Entry]:
+        """The next group: waiting commits in arrival order, within the bounds."""
+        group: list[_Entry] = []
+        items = 0
+        while self.pending and len(group) < _GROUP_MAX_COMMITS:
+            size = self.pending[0].items()
+            if group and items + size > _GROUP_MAX_ITEMS:
+                break
+            group.append(self.pending.popleft())
+            items += size
+        alone = len(group) == 1
+        for entry in group:
+            entry.alone = alone
+        return group
+
+    def count(self, group: Sequence[_Entry]) -> None:
+        self.transactions += 1
+        self.commits += len(group)
+        self.largest = max(self.largest, len(group))
+
+    def stats(self) -> GroupCommitStats:
+        return GroupCommitStats(self.transactions, self.commits, self.largest, self.isolated)
+
+
+def _group_args(group: Sequence[_Entry]) -> list[tuple[str, str, list[str], int]]:
+    """The append statement's arguments, one tuple per batch.
+
+    Entries go in session-id order (stable, so one session's batches keep their
+    order): every group locks session rows in the same order and cannot deadlock
+    with another.
+    """
+    return [
+        (entry.session_id, batch.batch_id, list(batch.items), len(batch.items))
+        for entry in sorted(group, key=lambda e: e.session_id)
+        for batch in entry.batches
+    ]
+
+
+def _for_entry(outcome: _Outcome) -> _Outcome:
+    """A fresh copy of a group's shared error, so that each caller raises its own."""
+    copy: Exception
+    if isinstance(outcome, TransientStorageError):
+        copy = TransientStorageError(str(outcome), outcome_known=outcome.outcome_known)
+    elif isinstance(outcome, StoreClosedError):
+        copy = StoreClosedError(str(outcome))
+    elif type(outcome) is StorageError:
+        copy = StorageError(str(outcome))
+    else:
+        return outcome
+    copy.__cause__ = outcome.__cause__
+    return copy
+
+
+async def _hold(task: asyncio.Future[None]) -> None:
+    """Wait until ``task`` has finished, whatever cancellations arrive meanwhile."""
+    while not task.done():
+        try:
+            await asyncio.wait([task])
+        except asyncio.CancelledError:
+            continue
+
+
 class PostgresBackend:
     """Stores batches in PostgreSQL through an asyncpg pool.
 
@@ -392,6 +545,12 @@ class PostgresBackend:
         self._reset_skipper: _ResetSkipper | None = None
         self._inflight = 0
         self._drained: asyncio.Event | None = None
+        self._grouper = _Grouper(max(1, min(_GROUP_SENDS, pool.get_max_size())))
+
+    @property
+    def group_stats(self) -> GroupCommitStats:
+        """Counters of the group commit (transactions, commits carried, largest group)."""
+        return self._grouper.stats()
 
     @property
     def pool(self) -> Any:
@@ -421,6 +580,26 @@ class PostgresBackend:
         operation: str,
         fn: Callable[[Any, _Phase], Awaitable[T]],
     ) -> T:
+        """Run ``fn(conn, phase)`` on a pooled connection, counted as in flight."""
+        if self._closed:
+            raise StoreClosedError(f"PostgreSQL {operation}: the store is closed")
+        self._inflight += 1
+        try:
+            return await self._on_connection(operation, fn)
+        finally:
+            self._settled(1)
+
+    def _settled(self, count: int) -> None:
+        """``count`` operations in flight have ended (:meth:`close` waits for them)."""
+        self._inflight -= count
+        if self._inflight == 0 and self._drained is not None:
+            self._drained.set()
+
+    async def _on_connection(
+        self,
+        operation: str,
+        fn: Callable[[Any, _Phase], Awaitable[T]],
+    ) -> T:
         """Run ``fn(conn, phase)`` on a pooled connection; classify failures.
 
         The connection goes back to the pool only idle, outside any transaction. After
@@ -431,51 +610,46 @@ class PostgresBackend:
         connection is gone, or the rollback is itself cancelled, the connection is
         terminated (the server then aborts whatever transaction it had open).
         """
-        if self._closed:
-            raise StoreClosedError(f"PostgreSQL {operation}: the store is closed")
         phase = _Phase()
-        self._inflight += 1
         try:
-            try:
-                conn = await self._pool.acquire()
-            except Exception as exc:
-                error = _classify(exc, operation, phase)  # nothing was sent: known
-                if error is None:
-                    raise
-                raise error from exc
-            clean = False
-            try:
-                result = await fn(conn, phase)
-                clean = True
-                return result
-            except Exception as exc:
-                if isinstance(exc, StorageError):
-                    raise
-                error = _classify(exc, operation, phase)
-                if error is None:
-                    raise
-                raise error from exc
-            finally:
-                try:
-                    if not clean:
-                        clean = await _settle_connection(conn)
-                finally:
-                    if not clean:
-                        _terminate(conn)
-                    skipper = self._reset_skipper
-                    if clean and skipper is not None:
-                        # Idle and untouched by anyone else: skip the reset query.
-                        pid = skipper.mark(conn)
-                        try:
-                            await _release(self._pool, conn)
-                        finally:
-                            skipper.unmark(pid)
-                    else:
-                        await _release(self._pool, conn)
+            conn = await self._pool.acquire()
+        except Exception as exc:
+            error = _classify(exc, operation, phase)  # nothing was sent: known
+            if error is None:
+                raise
+            raise error from exc
+        clean = False
+        try:
+            result = await fn(conn, phase)
+            clean = True
+            return result
+        except Exception as exc:
+            if isinstance(exc, StorageError):
+                raise
+            error = _classify(exc, operation, phase)
+            if error is None:
+                raise
+            raise error from exc
         finally:
-            self._inflight -= 1
-            if self._inflight == 0 and self._drained is not None:
-                self._drained.set()
+            try:
+                if not clean:
+                    clean = await _settle_connection(conn)
+            finally:
+                if not clean:
+                    _terminate(conn)
+                await self._release(conn, clean)
+
+    async def _release(self, conn: Any, clean: bool) -> None:
+        skipper = self._reset_skipper
+        if clean and skipper is not None:
+            # Idle and untouched by anyone else: skip the reset query.
+            pid = skipper.mark(conn)
+            try:
+                await _release(self._pool, conn)
+            finally:
+                skipper.unmark(pid)
+        else:
+            await _release(self._pool, conn)
 
     async def _fetch(self, operation: str, sql: str, *args: Any) -> list[Any]:
         async def run(conn: Any, phase: _Phase) -> list[Any]:
@@ -494,21 +668,133 @@ class PostgresBackend:
         return rows  # asyncpg Records index and unpack like (seq, data) tuples
 
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
+        """Apply ``batches`` in one transaction (see :class:`~sessions.Backend`).
+
+        Append-only commits of many sessions that arrive together share one statement
+        (group commit); each still succeeds or fails alone. Cancelling a call whose
+        commit is in flight together with others' leaves it to finish: its outcome is
+        then unknown to the caller (the core treats a cancelled ``apply`` so anyway).
+        """
         if not batches:
             return
-        if len(batches) == 1 and not batches[0].clear and not batches[0].pops and batches[0].plain:
-            await self._run(
-                "commit", lambda conn, phase: self._append(conn, phase, session_id, batches[0])
-            )
-        else:
+        if self._closed:
+            raise StoreClosedError("PostgreSQL commit: the store is closed")
+        if any(b.clear or b.pops or b.restore_times is not None or not b.plain for b in batches):
             await self._run(
                 "commit", lambda conn, phase: self._transact(conn, phase, session_id, batches)
             )
+            return
+        await self._append(_Entry(session_id, batches))
 
-    async def _append(self, conn: Any, phase: _Phase, session_id: str, batch: Batch) -> None:
-        items = list(batch.items)
-        phase.commit_sent = True  # autocommit: this statement is the commit
-        await conn.execute(self._sql.append, session_id, batch.batch_id, items, len(items))
+    async def _append(self, entry: _Entry) -> None:
+        grouper = self._grouper
+        if not grouper.pending and grouper.free():
+            # Nothing to share a statement with: send it now, in this task.
+            grouper.sending += 1
+            try:
+                outcomes = await self._run(
+                    "commit", lambda conn, phase: self._send(conn, phase, [entry])
+                )
+            finally:
+                grouper.sending -= 1
+                self._kick()
+            outcome = outcomes[0]
+        else:
+            entry.done = asyncio.get_running_loop().create_future()
+            self._inflight += 1  # settled by the send that takes it (or when withdrawn)
+            grouper.pending.append(entry)
+            self._kick()
+            outcome = await self._wait(entry)
+        if outcome is not None:
+            raise outcome
+
+    async def _wait(self, entry: _Entry) -> _Outcome:
+        assert entry.done is not None
+        try:
+            # Not shielded: a cancellation cancels ``done``, which the send then skips.
+            return await entry.done
+        except asyncio.CancelledError:
+            if entry.task is None:  # still waiting: withdraw it, nothing was sent
+                self._grouper.pending.remove(entry)
+                self._settled(1)
+            elif entry.alone:  # its own send: cancel it, as if run in this task
+                entry.task.cancel()
+                await _hold(entry.task)
+            raise
+
+    def _kick(self) -> None:
+        """Start a send for the commits waiting, while sends are free."""
+        grouper = self._grouper
+        while grouper.pending and grouper.free():
+            group = grouper.take()
+            grouper.sending += 1
+            task = asyncio.ensure_future(self._flush(group))
+            grouper.tasks.add(task)
+            task.add_done_callback(grouper.tasks.discard)
+            for entry in group:
+                entry.task = task
+
+    async def _flush(self, group: list[_Entry]) -> None:
+        """A background send of a group; each entry's outcome goes to its caller."""
+        try:
+            try:
+                outcomes = await self._on_connection(
+                    "commit", lambda conn, phase: self._send(conn, phase, group)
+                )
+            except BaseException as exc:  # noqa: BLE001 - every caller gets its outcome
+                outcomes = [exc] * len(group)
+            for entry, outcome in zip(group, outcomes, strict=True):
+                assert entry.done is not None
+                if not entry.done.done():
+                    entry.done.set_result(outcome if entry.alone else _for_entry(outcome))
+        finally:
+            self._grouper.sending -= 1
+            self._settled(len(group))
+            self._kick()
+
+    async def _send(self, conn: Any, phase: _Phase, group: list[_Entry]) -> list[_Outcome]:
+        """Every batch of the group in one round trip and one transaction.
+
+        One batch: one autocommit statement. More: asyncpg's ``executemany`` pipelines
+        the statement once per batch and runs them all in one implicit transaction
+        (one WAL flush). If the server rejects it (a trigger, a constraint: nothing
+        was applied), the entries are applied again one by one, each in a savepoint of
+        one transaction.
+        """
+        self._grouper.count(group)
+        args = _group_args(group)
+        phase.commit_sent = True  # autocommit: the statement(s) are the commit
+        if len(args) == 1:
+            await conn.execute(self._sql.append, *args[0])
+            return [None]
+        try:
+            await conn.executemany(self._sql.append, args)
+        except asyncpg.PostgresError as exc:
+            if len(group) == 1 or _is_connection_loss(exc) or exc.sqlstate in _RETRY_STATES:
+                raise
+            phase.commit_sent = False  # rolled back whole: nothing of the group applied
+            return await self._isolate(conn, phase, group)
+        return [None] * len(group)
+
+    async def _isolate(self, conn: Any, phase: _Phase, group: list[_Entry]) -> list[_Outcome]:
+        self._grouper.isolated += 1
+        outcomes: list[_Outcome] = []
+        await conn.execute("BEGIN")
+        for entry in group:
+            await conn.execute("SAVEPOINT txs_entry")
+            try:
+                await conn.executemany(self._sql.append, _group_args([entry]))
+            except asyncpg.PostgresError as exc:
+                if _is_connection_loss(exc):
+                    raise
+                await conn.execute("ROLLBACK TO SAVEPOINT txs_entry")
+                outcomes.append(_classify(exc, "commit", phase))
+            else:
+                outcomes.append(None)
+            await conn.execute("RELEASE SAVEPOINT txs_entry")
+        phase.commit_sent = True
+        await conn.execute("COMMIT")
+        return outcomes
 
     async def _transact(
         self, conn: Any, phase: _Phase, session_id: str, batches: Sequence[Batch]
@@ -530,6 +816,8 @@ class PostgresBackend:
                     f"session {session_id!r}: {len(batch.pops) - removed} of "
                     f"{len(batch.pops)} popped item(s) were already removed by another writer"
                 )
+            if recorded and batch.restore_times is not None:
+                await conn.execute(self._sql.restore_times, session_id, *batch.restore_times)
             if recorded and not batch.plain:
                 await self._apply_extras(conn, session_id, batch)
         phase.commit_sent = True
@@ -645,12 +933,13 @@ class PostgresBackend:
         rows = await self._fetch("read_range", self._sql.range, session_id, start, limit)
         return [(row[0], row[1]) for row in rows]
 
-    async def prune_batches(self, cutoff: datetime) -> int:
+    async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         if cutoff.tzinfo is None:
             cutoff = cutoff.replace(tzinfo=timezone.utc)
+        keep = list(keep_prefixes)
 
         async def run(conn: Any, phase: _Phase) -> int:
-            status: str = await conn.execute(self._sql.prune, cutoff)
+            status: str = await conn.execute(self._sql.prune, cutoff, keep)
             return int(status.rsplit(" ", 1)[-1])
 
         return await self._run("prune_batches", run)

@@ -93,11 +93,12 @@ _SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
 _SQL_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
     "VALUES (?1, ?2, ?2, ?3, ?3 + 1) "
-    "ON CONFLICT (session_id) DO UPDATE SET updated_at = ?2, "
+    "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, ?2), "
     "item_count = CASE WHEN ?4 THEN ?3 ELSE item_count - ?5 + ?3 END, "
     "next_seq = next_seq + ?3 "
     "RETURNING next_seq - ?3"
 )
+_SQL_RESTORE_TIMES = "UPDATE txs_sessions SET created_at = ?, updated_at = ? WHERE session_id = ?"
 _SQL_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
 _SQL_LOAD_ALL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq"
 _SQL_LOAD_TAIL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
@@ -135,6 +136,9 @@ def _apply_batches(
                 )
         n = len(batch.items)
         (base,) = conn.execute(_SQL_BUMP, (session_id, now, n, batch.clear, removed)).fetchone()
+        if batch.restore_times is not None:
+            created, updated = batch.restore_times
+            conn.execute(_SQL_RESTORE_TIMES, (created.timestamp(), updated.timestamp(), session_id))
         if n:
             conn.executemany(
                 _SQL_INSERT,
@@ -261,9 +265,11 @@ def _apply_group(conn: sqlite3.Connection, entries: list[tuple[str, Sequence[Bat
         except Exception as exc:  # noqa: BLE001 - returned to its waiter
             return [exc]
         return [None]
-    now = time.time()
     outcome: _Outcome = []
     conn.execute("BEGIN IMMEDIATE")
+    # The time is read once the write lock is held: a commit another process made while
+    # this one waited for it never carries a later time than ours (updated_at only grows).
+    now = time.time()
     try:
         for session_id, batches in entries:
             conn.execute("SAVEPOINT txs_entry")
@@ -373,8 +379,10 @@ def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | Non
     return existed
 
 
-def _prune(conn: sqlite3.Connection, cutoff: float) -> int:
-    return conn.execute("DELETE FROM txs_batches WHERE committed_at < ?", (cutoff,)).rowcount
+def _prune(conn: sqlite3.Connection, cutoff: float, keep_prefixes: Sequence[str]) -> int:
+    keep = "".join(" AND substr(batch_id, 1, ?) <> ?" for _ in keep_prefixes)
+    params = [cutoff, *(x for prefix in keep_prefixes for x in (len(prefix), prefix))]
+    return conn.execute(f"DELETE FROM txs_batches WHERE committed_at < ?{keep}", params).rowcount
 
 
 class SQLiteBackend:
@@ -506,8 +514,8 @@ class SQLiteBackend:
             (session_id, -(2**62) if after is None else after, limit),
         )
 
-    async def prune_batches(self, cutoff: datetime) -> int:
-        return await self._run("prune", _prune, cutoff.timestamp())
+    async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
+        return await self._run("prune", _prune, cutoff.timestamp(), list(keep_prefixes))
 
     async def delete_session(
         self, session_id: str, *, stale_before: datetime | None = None

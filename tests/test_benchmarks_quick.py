@@ -32,6 +32,11 @@ SQLITE_SUBJECTS = {
     "sdk_sqlalchemy_sqlite",
 }
 POSTGRES_SUBJECTS = {"ours_pg", "raw_asyncpg", "sdk_sqlalchemy_pg"}
+# Floors writing our rows by hand: in the commit workloads (a)-(c) only.
+SAME_WORK = {
+    "sqlite": {"raw_sqlite3_same", "raw_aiosqlite_1hop_same"},
+    "postgres": {"raw_asyncpg_same"},
+}
 OURS = {"sqlite": "ours_sqlite", "postgres": "ours_pg"}
 
 
@@ -65,8 +70,25 @@ def test_quick_benchmark_runs_every_workload(tmp_path: Path) -> None:
     expected = {"sqlite": SQLITE_SUBJECTS, "postgres": POSTGRES_SUBJECTS}
 
     for backend in backends:
-        subjects = expected[backend]
+        readers = expected[backend]
+        subjects = readers | SAME_WORK[backend]
         ours = OURS[backend]
+
+        # Durability read back from every subject's own connections, and the same for all
+        # of them (otherwise the ratios would compare different guarantees).
+        durability = results["durability"][backend]
+        assert set(durability) == subjects, sorted(durability)
+        assert all("error" not in d for d in durability.values()), durability
+        names = (
+            ("journal_mode", "synchronous")
+            if backend == "sqlite"
+            else ("synchronous_commit", "fsync")
+        )
+        for name in names:
+            assert len({d[name] for d in durability.values()}) == 1, (name, durability)
+        if backend == "sqlite":
+            assert durability[ours]["journal_mode"] == "WAL", durability[ours]
+
         for workload, metric in (
             ("commit_per_turn", "turns_per_s"),
             ("buffered_run", "runs_per_s"),
@@ -89,10 +111,13 @@ def test_quick_benchmark_runs_every_workload(tmp_path: Path) -> None:
         for level, cell in conc[ours]["levels"].items():
             assert cell["errors"] == 0 and not cell["timed_out"], (level, cell)
             assert cell["turns"] == cell["attempted"], (level, cell)
+            # every commit (timed and warm-up) has its batch record, in >= 1 transaction
+            assert cell["batches"] == cell["attempted"] + int(level), (level, cell)
+            assert 1 <= cell["transactions"] <= cell["batches"], (level, cell)
 
         for part in ("history", "sessions"):
             data = results[part][backend]
-            assert set(data) == subjects, (part, backend, sorted(data))
+            assert set(data) == readers, (part, backend, sorted(data))
             for key, entry in data.items():
                 assert entry["sizes"], (part, key)
                 for size, cell in entry["sizes"].items():
@@ -108,12 +133,16 @@ def test_quick_benchmark_runs_every_workload(tmp_path: Path) -> None:
         agent = memory["agent"]
         assert agent["items_in_last_session"] == agent["expected_items_in_last_session"], agent
 
+        steps = results["breakdown"][backend]
+        assert f"ours_{'sqlite' if backend == 'sqlite' else 'pg'}" in steps
+        assert all(_finite_positive(step["us"]) for step in steps.values()), steps
+
     names = {t["target"] for t in results["targets"]}
-    assert "SQLite commit-per-turn vs raw sqlite3 floor" in names
-    assert "PostgreSQL concurrency 100 vs SQLAlchemySession (same pool)" in names
+    assert "SQLite commit-per-turn vs 1-hop aiosqlite floor, our rows" in names
+    assert "PostgreSQL 100 sessions vs raw one-statement floor (same pool)" in names
 
     text = (tmp_path / "quick.md").read_text(encoding="utf-8")
-    assert "QUICK run" in text and "## Targets" in text
+    assert "QUICK run" in text and "## Targets" in text and "## Durability" in text
     assert "(a) SQLite: one session, commit per turn" in text
     for png in ("throughput_vs_concurrency.png", "read_latency_vs_history.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png

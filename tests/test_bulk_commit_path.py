@@ -18,7 +18,7 @@ from sessions._migrate import migrate, open_source
 from sessions._transfer import import_sessions
 from sessions.errors import CommitError, TransientStorageError
 from tests.conftest import Target
-from tests.contract.proxy import gate_apply, install_proxy
+from tests.contract.proxy import install_proxy
 
 
 def write_export(path: Path, sessions: dict[str, int]) -> None:
@@ -53,7 +53,8 @@ async def test_import_retries_transient_failures_and_adds_each_item_once(
     write_export(path, {f"{sid}-a": 7, f"{sid}-b": 3})
     result = await import_sessions(store, str(path), chunk_items=3)
     assert (result.added, result.already_present) == (10, 0)
-    assert proxy.apply_calls == 2 * 4  # 4 chunks (3+3+1, 3), each applied twice
+    # 4 chunks (3+3+1, 3) and a marker per session, each applied twice
+    assert proxy.apply_calls == 2 * (4 + 2)
     assert await stored(target, f"{sid}-a") == [{"n": i} for i in range(7)]
     assert await stored(target, f"{sid}-b") == [{"n": i} for i in range(3)]
 
@@ -89,7 +90,14 @@ async def test_a_cancelled_import_finishes_its_chunk_in_flight_and_a_rerun_adds_
 ) -> None:
     store = await target.open()
     proxy = install_proxy(store)
-    entered, release = gate_apply(proxy)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_the_first_chunk() -> None:
+        if proxy.apply_calls == 2:  # call 1 writes the session's marker, call 2 a chunk
+            entered.set()
+            await release.wait()
+
+    proxy.before_apply = hold_the_first_chunk
     path = tmp_path / "export.jsonl"
     write_export(path, {sid: 6})
     task = asyncio.create_task(import_sessions(store, str(path), chunk_items=2))

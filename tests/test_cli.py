@@ -279,6 +279,31 @@ async def test_import_refuses_a_corrupt_file_naming_the_line(
     assert await history(dest) == {}
 
 
+async def test_import_into_the_store_it_came_from_skips_says_so_and_modes_change_that(
+    tmp_path: Path, sample: str
+) -> None:
+    out = tmp_path / "backup.jsonl"
+    assert (await cli("export", "-o", str(out), "--db", sample)).code == 0
+    before = await history(sample)
+    back = await cli("import", str(out), "--db", sample)
+    assert back.code == 0, back.err
+    assert "imported 0 items into 3 sessions (0 already present)" in back.out
+    assert (
+        "skipped 3 sessions already in the store (8 items not imported): 'chat-a', 'chat-b', "
+        "'chat-c'; --mode append adds to them, --mode replace overwrites them" in back.out
+    )
+    assert await history(sample) == before  # nothing duplicated
+    replaced = await cli("import", str(out), "--mode", "replace", "--db", sample)
+    assert replaced.code == 0, replaced.err
+    assert "imported 8 items into 3 sessions (0 already present); replaced 3 sessions" in (
+        replaced.out
+    )
+    assert await history(sample) == before
+    bad = await cli("import", str(out), "--mode", "merge", "--db", sample)
+    one_error_line(bad, "--mode must be one of skip, append, replace, got 'merge'")
+    assert bad.code == 2
+
+
 # --------------------------------------------------------------------------- delete / purge
 
 

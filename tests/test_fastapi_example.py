@@ -5,6 +5,8 @@ real SQLite file, with the offline model streaming word by word. A real httpx cl
 starts 30 turns and disconnects from each at a different point of its answer (from
 right after the headers to a few words in). Then:
 
+* most of the 30 disconnects land while their turn is still running (the server logs
+  each dropped relay, saying whether its turn had ended), so they really cut turns;
 * every one of the 30 turns is stored whole (user message + its complete answer), each
   as one batch of two contiguous rows - the commits did not depend on the responses;
 * the next request continues the conversation: its answer is built from the history;
@@ -145,9 +147,12 @@ def test_turns_survive_clients_that_disconnect_and_the_conversation_continues(
     server_log = log.read()
     assert "Application shutdown complete" in server_log, server_log
     assert "Traceback" not in server_log, server_log
-    went_away = server_log.count("went away mid-answer; the turn runs on")
-    print(f"server saw {went_away} of {DISCONNECTS} clients leave mid-answer")
-    assert went_away >= 1, server_log  # the relay really was cut while turns ran on
+    # Count the disconnects that landed while their turn was still running (the server
+    # says so when it drops a relay): most must, or the test did not test disconnects.
+    mid_answer = server_log.count("went away mid-answer; the turn runs on")
+    late = server_log.count("went away after its turn had ended")
+    print(f"server: {mid_answer} of {DISCONNECTS} clients left mid-answer, {late} after the turn")
+    assert mid_answer > DISCONNECTS // 2, server_log
 
     # No torn batch: each turn is one batch of two contiguous rows, in order.
     with sqlite3.connect(db) as conn:

@@ -54,7 +54,7 @@ async def test_store_operations_list_delete_purge_and_prune() -> None:
     assert [i.session_id for i in await store.purge(timedelta(0), dry_run=True)] == ["a", "c"]
     assert [i.session_id for i in await store.purge(timedelta(0), page_size=1)] == ["a", "c"]
     assert await store.list_sessions() == []
-    assert await store.prune_batch_records(timedelta(0)) == 0  # their sessions are gone
+    assert await store.prune_batch_records(timedelta(hours=1)) == 0  # their sessions are gone
 
 
 async def test_pruned_batch_records_leave_history_alone() -> None:
@@ -63,7 +63,11 @@ async def test_pruned_batch_records_leave_history_alone() -> None:
     await session.add_items([msg("1")])
     await session.commit()
     assert await store.prune_batch_records(timedelta(days=1)) == 0
-    assert await store.prune_batch_records(timedelta(0)) == 1
+    backend = store.backend
+    assert isinstance(backend, MemoryBackend)
+    for history in backend._sessions.values():  # two days pass
+        history.batches = {b: at - timedelta(days=2) for b, at in history.batches.items()}
+    assert await store.prune_batch_records(timedelta(days=1)) == 1
     assert await session.get_items() == [msg("1")]
 
 

@@ -224,26 +224,53 @@ async def test_group_commit_keeps_every_session_contiguous(
     conn.close()
 
 
-async def test_a_failing_commit_in_a_group_rolls_back_alone(tmp_path: Path) -> None:
+async def test_a_failing_commit_in_a_group_rolls_back_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import sessions.sqlite as backend_module
     from sessions import Batch
     from sessions.errors import ConflictError
 
+    groups: list[list[str]] = []
+    original = backend_module._apply_group
+
+    def spy(conn: sqlite3.Connection, entries: Any) -> Any:
+        groups.append([session_id for session_id, _ in entries])
+        return original(conn, entries)
+
+    monkeypatch.setattr(backend_module, "_apply_group", spy)
     path = tmp_path / "group.db"
     store = await SQLiteStore.open(path)
     backend = store.sqlite
+    busy, free = threading.Event(), threading.Event()
+
+    def hold_the_worker(conn: sqlite3.Connection) -> None:
+        busy.set()
+        free.wait(30)
+
     try:
+        holder = asyncio.ensure_future(backend.run(hold_the_worker))
+        assert await asyncio.to_thread(busy.wait, 30)
+        # The worker is busy: the six commits below queue up and form one group.
         bad = Batch("bad-1", False, (999_999,), ('{"x":1}',))  # pops a row that does not exist
         good = [Batch(f"good-{i}", False, (), ('{"y":1}',)) for i in range(5)]
-        results = await asyncio.gather(
-            backend.apply("g-bad", [bad]),
-            *(backend.apply(f"g{i}", [b]) for i, b in enumerate(good)),
-            return_exceptions=True,
-        )
+        commits = [
+            asyncio.ensure_future(backend.apply("g-bad", [bad])),
+            *(asyncio.ensure_future(backend.apply(f"g{i}", [b])) for i, b in enumerate(good)),
+        ]
+        await asyncio.sleep(0)  # each commit joins the waiting group
+        free.set()
+        await holder
+        results = await asyncio.gather(*commits, return_exceptions=True)
+        assert groups[0] == ["g-bad", "g0", "g1", "g2", "g3", "g4"], groups
         assert isinstance(results[0], ConflictError), results[0]
         assert all(r is None for r in results[1:]), results
         # The same batch id twice (in one group or across groups) is applied once.
         await asyncio.gather(backend.apply("g0", [good[0]]), backend.apply("g0", [good[0]]))
     finally:
+        free.set()
         await store.close()
     conn = sqlite3.connect(path)
     count = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
@@ -347,3 +374,121 @@ async def test_sqlite_backend_validates_synchronous_before_it_reaches_a_pragma(
     with pytest.raises(ValueError, match="synchronous must be"):
         await SQLiteBackend.open(str(tmp_path / "a.db"), synchronous="OFF; DROP TABLE x")  # type: ignore[arg-type]
     assert not (tmp_path / "a.db").exists()  # refused before anything was opened
+
+
+# ------------------------------------------------------------------ a real SQLITE_BUSY
+
+# Another process takes the database's write lock and holds it until told to let go.
+_LOCKER = textwrap.dedent(
+    """
+    import sqlite3, sys
+    conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+    conn.execute("BEGIN IMMEDIATE")
+    print("locked", flush=True)
+    sys.stdin.readline()
+    conn.execute("COMMIT")
+    print("released", flush=True)
+    """
+)
+
+
+class _Locker:
+    def __init__(self, path: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _LOCKER, str(path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    async def locked(self) -> None:
+        assert self.proc.stdout is not None
+        assert await asyncio.to_thread(self.proc.stdout.readline) == "locked\n"
+
+    async def release(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.flush()
+        assert await asyncio.to_thread(self.proc.stdout.readline) == "released\n"
+        assert await asyncio.to_thread(self.proc.wait, 30) == 0
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(30)
+
+
+async def _stored(path: Path, session_id: str) -> list[Any]:
+    store = await SQLiteStore.open(path)
+    try:
+        return await store.session(session_id).get_items()
+    finally:
+        await store.close()
+
+
+async def test_a_database_locked_by_another_process_fails_the_commit_with_a_known_outcome(
+    tmp_path: Path,
+) -> None:
+    from sessions import RetryPolicy
+
+    path = tmp_path / "busy.db"
+    policy = RetryPolicy(attempts=2, initial_delay=0.01)
+    store = await SQLiteStore.open(path, busy_timeout=0.05, retry=policy)
+    locker = _Locker(path)
+    try:
+        session = store.session("s")
+        await session.add_items([msg("1")])
+        await locker.locked()
+        with pytest.raises(CommitError) as info:
+            await session.commit()
+        assert info.value.outcome_known is True and info.value.attempts == 2
+        assert "database busy" in str(info.value) and "nothing applied" in str(info.value)
+        assert session.pending.items == 1
+        await locker.release()
+        await session.commit()
+        assert not session.has_pending
+    finally:
+        locker.kill()
+        await store.close()
+    assert await _stored(path, "s") == [msg("1")]
+
+
+async def test_a_commit_retries_through_another_process_holding_the_lock_and_applies_once(
+    tmp_path: Path,
+) -> None:
+    import logging
+    import threading
+
+    from sessions import RetryPolicy
+
+    busy_seen = threading.Event()
+
+    class Watch(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "database busy" in record.getMessage():
+                busy_seen.set()
+
+    logger = logging.getLogger("sessions")
+    handler, level = Watch(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    path = tmp_path / "busy.db"
+    policy = RetryPolicy(attempts=1000, initial_delay=0.01, max_delay=0.05)
+    store = await SQLiteStore.open(path, busy_timeout=0.05, retry=policy)
+    locker = _Locker(path)
+    try:
+        session = store.session("s")
+        await session.add_items([msg("1"), msg("2")])
+        await locker.locked()
+        commit = asyncio.ensure_future(session.commit())
+        assert await asyncio.to_thread(busy_seen.wait, 30), "no attempt met SQLITE_BUSY"
+        assert not commit.done()
+        await locker.release()
+        await commit  # a later attempt got the lock
+        assert not session.has_pending
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        locker.kill()
+        await store.close()
+    assert await _stored(path, "s") == [msg("1"), msg("2")]

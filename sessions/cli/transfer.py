@@ -5,11 +5,11 @@ No postponed annotations here: typer reads the command signatures at runtime.
 
 import asyncio
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from .._transfer import export_sessions, import_sessions, plan_export
+from .._transfer import IMPORT_MODES, export_sessions, import_sessions, plan_export
 from .options import Db, database_url, opened
 from .render import UsageError, fail, json_stdout, plural, progress, run_async, say, warn
 
@@ -65,26 +65,57 @@ async def _export(url: str, session_ids: list[str], output: str) -> None:
 def import_cmd(
     ctx: typer.Context,
     path: Annotated[str, typer.Argument(metavar="FILE", help="A file made by export.")],
+    mode: Annotated[
+        str,
+        typer.Option(
+            "--mode",
+            metavar="skip|append|replace",
+            help="Sessions the store already has: leave them alone (skip, the default), "
+            "add the file's items after theirs (append), or delete and import (replace).",
+        ),
+    ] = "skip",
     db: Db = None,
 ) -> int:
     """Import an export file. Running it twice adds nothing.
+
+    Sessions the store already has are skipped (and listed) unless an earlier import
+    of the same history wrote them, which is then completed.
 
     \b
     Example:
       sessions import backup.jsonl --db postgresql://app@db.internal/app
       sessions --db postgresql://app@db.internal/app import backup.jsonl
+      sessions import backup.jsonl --mode replace
     """
+    if mode not in IMPORT_MODES:
+        raise UsageError(
+            f"import: --mode must be one of {', '.join(IMPORT_MODES)}, got {mode!r}",
+            "sessions import",
+        )
     url = database_url(ctx, db)
-    return run_async(lambda: _import(url, path), [url])
+    return run_async(lambda: _import(url, path, mode), [url])
 
 
-async def _import(url: str, path: str) -> None:
+async def _import(url: str, path: str, mode: Any) -> None:
     if not await asyncio.to_thread(os.path.isfile, path):
         fail(f"no such file: {path}")
     async with opened(url, create=True) as store:
         with progress("importing", None) as bar:
-            result = await import_sessions(store, path, progress=bar.advance, on_total=bar.total)
-    say(
+            result = await import_sessions(
+                store, path, mode=mode, progress=bar.advance, on_total=bar.total
+            )
+    message = (
         f"imported {plural(result.added, 'item')} into "
         f"{plural(result.sessions, 'session')} ({result.already_present} already present)"
     )
+    if result.replaced:
+        message += f"; replaced {plural(len(result.replaced), 'session')}"
+    say(message)
+    if result.skipped:
+        shown = ", ".join(repr(s) for s in result.skipped[:5])
+        more = f" and {len(result.skipped) - 5} more" if len(result.skipped) > 5 else ""
+        say(
+            f"skipped {plural(len(result.skipped), 'session')} already in the store "
+            f"({plural(result.skipped_items, 'item')} not imported): {shown}{more}; "
+            "--mode append adds to them, --mode replace overwrites them"
+        )

@@ -21,6 +21,7 @@ class ProxyBackend:
         self.before_apply: Hook | None = None
         self.after_apply: Hook | None = None
         self.before_load: Hook | None = None
+        self.before_applied: Hook | None = None
         self.apply_calls = 0
 
     async def load(self, session_id: str, limit: int | None) -> Any:
@@ -37,6 +38,8 @@ class ProxyBackend:
             await self.after_apply()
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
+        if self.before_applied is not None:
+            await self.before_applied()
         result: set[str] = await self.inner.applied(session_id, batch_ids)
         return result
 

@@ -28,6 +28,35 @@ async def execute(target: Target, sql: str, *args: Any) -> None:
         await pg.close()
 
 
+async def fetch_value(target: Target, sql: str, *args: Any) -> Any:
+    """The first column of the first row of a query; never takes a write lock."""
+    if target.kind == "sqlite":
+        assert target.sqlite_path is not None
+        conn = sqlite3.connect(target.sqlite_path, isolation_level=None, timeout=10)
+        try:
+            row = conn.execute(sql, args).fetchone()
+        finally:
+            conn.close()
+        return None if row is None else row[0]
+    import asyncpg
+
+    pg = await asyncpg.connect(PG_DSN)
+    try:
+        await pg.execute(f'SET search_path TO "{target.pg_schema}"')
+        return await pg.fetchval(sql, *args)
+    finally:
+        await pg.close()
+
+
+async def stored_rows(target: Target, session_id: str) -> int:
+    """How many items of the session a reader sees right now (even while a writer
+    holds the database)."""
+    count = await fetch_value(
+        target, f"SELECT count(*) FROM txs_items WHERE session_id = {param(target, 1)}", session_id
+    )
+    return int(count)
+
+
 def param(target: Target, n: int) -> str:
     return f"?{n}" if target.kind == "sqlite" else f"${n}"
 

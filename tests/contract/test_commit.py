@@ -28,6 +28,7 @@ from sessions.errors import (
 )
 from tests.conftest import Target
 from tests.contract import raw
+from tests.contract.hang import hang
 from tests.contract.proxy import gate_apply, install_proxy
 
 
@@ -76,6 +77,33 @@ async def test_commit_with_nothing_staged_is_a_no_op(store: Store[Any], sid: str
     assert proxy.apply_calls == 0
 
 
+@pytest.mark.parametrize("where", ["first", "middle"])
+async def test_commit_is_shielded_from_cancellation_while_the_database_is_mid_commit(
+    store: Store[Any], target: Target, sid: str, where: str
+) -> None:
+    """Cancelled (twice) while the database is inside the commit's transaction: held
+    there for real (``tests/contract/hang.py``) at its first write or between two of
+    its statements. The commit runs to its outcome, then ``CancelledError``."""
+    session = store.session(sid)
+    await session.add_items([msg("0")])
+    await session.commit()  # the session exists: its row is updated mid-commit
+    await session.add_items([msg("1"), msg("2"), msg("3")])
+    async with hang(target, store, sid, where) as h:
+        task = asyncio.create_task(session.commit())
+        await h.reached()  # the database call is in flight, stopped mid-transaction
+        task.cancel()
+        await asyncio.sleep(0)
+        task.cancel()  # cancelled twice while the commit is in flight
+        await asyncio.sleep(0.05)
+        assert not task.done(), "commit returned before its outcome was known"
+        assert await raw.stored_rows(target, sid) == 1, "a reader saw part of the batch"
+        h.release()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert not session.has_pending
+    assert await stored(target, sid) == [msg("0"), msg("1"), msg("2"), msg("3")]
+
+
 # ------------------------------------------------------------------ line 5: idempotent
 
 
@@ -97,24 +125,54 @@ async def test_retry_after_an_attempt_that_reached_the_database_does_not_duplica
     assert await stored(target, sid) == [msg("1"), msg("2")]
 
 
-async def test_exhausted_retries_say_whether_the_outcome_is_known(target: Target, sid: str) -> None:
+@pytest.mark.parametrize(
+    "case", ["known", "unknown, resolved: not applied", "unknown, resolved: applied", "unknown"]
+)
+async def test_exhausted_retries_say_whether_the_outcome_is_known(
+    target: Target, sid: str, case: str
+) -> None:
+    """Every attempt fails. ``known``: each failed before the database (busy). The
+    others: each attempt's outcome is unknown, so the commit asks the database by
+    batch id before giving up; it learns "not applied" (the attempts never got there),
+    "applied" (they did: the commit returns), or nothing (the check fails too: the
+    error says UNKNOWN). Either way the changes stay staged and land exactly once."""
     store = await target.open(retry=RetryPolicy(attempts=3, initial_delay=0.001))
     session = store.session(sid)
     proxy = install_proxy(store)
 
-    async def busy() -> None:
-        raise TransientStorageError("database busy", outcome_known=True)
+    async def fail_unknown() -> None:
+        raise TransientStorageError("connection lost", outcome_known=case == "known")
 
-    proxy.before_apply = busy
+    async def check_fails() -> None:
+        raise TransientStorageError("still no connection", outcome_known=True)
+
+    if case in ("known", "unknown, resolved: not applied"):
+        proxy.before_apply = fail_unknown  # never reaches the database
+    else:
+        proxy.after_apply = fail_unknown  # reaches it; the answer is lost
+    if case == "unknown":
+        proxy.before_applied = check_fails
     await session.add_items([msg("1")])
+    if case == "unknown, resolved: applied":
+        await session.commit()  # the check found the batch: the commit succeeded
+        assert proxy.apply_calls == 3 and not session.has_pending
+        assert await stored(target, sid) == [msg("1")]
+        return
     with pytest.raises(CommitError) as info:
         await session.commit()
-    assert info.value.outcome_known is True
     assert info.value.attempts == 3
-    assert "nothing applied" in str(info.value)
+    if case == "unknown":
+        assert info.value.outcome_known is False
+        assert "outcome UNKNOWN" in str(info.value)
+        assert await stored(target, sid) == [msg("1")]  # it did land (3 tries, once)
+    else:
+        assert info.value.outcome_known is True
+        assert "nothing applied" in str(info.value)
+        assert await stored(target, sid) == []
     assert session.pending.items == 1
-    proxy.before_apply = None
+    proxy.before_apply = proxy.after_apply = proxy.before_applied = None
     await session.commit()
+    assert not session.has_pending
     assert await stored(target, sid) == [msg("1")]
 
 

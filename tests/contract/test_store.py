@@ -87,12 +87,22 @@ async def test_purge_works_through_many_pages(store: Store[Any], target: Target,
         assert await store.session_info(session_id) is None
 
 
-async def test_pruning_batch_records_keeps_recent_ones(store: Store[Any], sid: str) -> None:
+async def test_pruning_batch_records_keeps_recent_ones(
+    store: Store[Any], target: Target, sid: str
+) -> None:
     session = store.session(sid)
     await session.add_items([msg("1")])
     await session.commit()
     assert await store.prune_batch_records(timedelta(days=1)) == 0  # too recent
-    assert await store.prune_batch_records(timedelta(0)) >= 1
+    back = (
+        "committed_at - 172800" if target.kind == "sqlite" else "committed_at - interval '2 days'"
+    )
+    await raw.execute(
+        target,
+        f"UPDATE txs_batches SET committed_at = {back} WHERE session_id = {raw.param(target, 1)}",
+        sid,
+    )
+    assert await store.prune_batch_records(timedelta(days=1)) >= 1
     # History is untouched; only the idempotency records of old commits went.
     assert await session.get_items() == [msg("1")]
     await session.add_items([msg("2")])

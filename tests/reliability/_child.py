@@ -1,8 +1,8 @@
 """Child processes for the reliability suite (each with its own event loop).
 
     python -m tests.reliability._child crash-writer URL SID WRITER
-        commit batches WRITER/0, 1, 2, ... forever; print each batch number after its
-        commit returned (the parent SIGKILLs us at a random moment)
+        commit batches WRITER/0, 1, 2, ... forever; print "+N" before batch N's commit
+        and "N" after it returned (the parent SIGKILLs us at a random moment)
     python -m tests.reliability._child writer URL SHARED_SID WRITER_BASE TASKS BATCHES
         TASKS tasks; task t (writer WRITER_BASE + t) commits BATCHES batches to the
         shared session and to a session of its own; prints one JSON line at the end
@@ -44,6 +44,7 @@ async def crash_writer(url: str, sid: str, writer: int) -> None:
     say("ready")
     for batch in range(1_000_000):
         await session.add_items(make_batch(writer, batch))
+        say(f"+{batch}")
         await session.commit()
         say(str(batch))
 

@@ -25,7 +25,7 @@ from sessions import BufferedSession, RetryPolicy, Store
 from sessions.errors import CommitError
 
 from .gate import MODES, GatedStore, Outcome, sweep
-from .harness import TargetLike
+from .harness import RawReader, TargetLike, read_history
 from .invariant import Ledger, check_history, make_batch, parse_batches
 
 W = 0  # writer id used by every single-writer scenario
@@ -42,18 +42,15 @@ def _count(stored: list[Any], batch: int) -> int:
 
 @dataclass
 class Ctx:
+    target: TargetLike  # the database, read raw by ``stored``
     real: Store[Any]  # the store under the gate
-    verify: Store[Any]  # an independent store on the same database, for reads
     gated: GatedStore
     gated_once: GatedStore  # retry=attempts 1, for unknown-outcome set-ups
+    reader: RawReader
 
     async def stored(self, sid: str) -> list[Any]:
-        session = self.verify.session(sid)
-        try:
-            items: list[Any] = await session.get_items()
-            return items
-        finally:
-            await session.close()
+        """The raw rows' history; what is wrong with them is in ``.problems``."""
+        return await read_history(self.target, sid, reader=self.reader)
 
     async def seed(self, sid: str, batches: list[int]) -> list[Any]:
         session = self.real.session(sid)
@@ -82,6 +79,7 @@ async def _finish(ctx: Ctx, s: BufferedSession, sid: str, problems: list[str]) -
         after = await ctx.stored(sid)
         if after != stored + extra:
             problems.append("a commit after the interruption did not append exactly its batch")
+        problems += getattr(after, "problems", [])  # the raw rows and metadata at the end
     except Exception as exc:  # noqa: BLE001 - a broken session is a violation
         problems.append(f"session unusable afterwards: {type(exc).__name__}: {exc}")
     finally:
@@ -315,24 +313,38 @@ SCENARIOS: dict[str, Callable[[Ctx], tuple[Make, Judge]]] = {
 
 async def open_ctx(target: TargetLike) -> Ctx:
     real = await target.open()
-    verify = await target.open()
     return Ctx(
+        target=target,
+        reader=RawReader(target),
         real=real,
-        verify=verify,
         gated=GatedStore(real),
         gated_once=GatedStore(real, retry=RetryPolicy(attempts=1, initial_delay=0.0)),
     )
 
 
 async def run_sweep(
-    target: TargetLike, names: list[str] | None = None, modes: tuple[str, ...] = MODES
+    target: TargetLike,
+    names: list[str] | None = None,
+    modes: tuple[str, ...] = MODES,
+    *,
+    stats: dict[str, int] | None = None,
 ) -> dict[str, tuple[int, list[str]]]:
-    """``{scenario: (interruptions tried, violations)}`` for every operation."""
+    """``{scenario: (interruptions tried, violations)}`` for every operation.
+
+    ``stats["commit in flight"]`` (if given) counts the interruptions that landed while
+    a ``Backend.apply`` (a commit's database call) was running.
+    """
     ctx = await open_ctx(target)
     results: dict[str, tuple[int, list[str]]] = {}
-    for name in names or list(SCENARIOS):
-        make, judge = SCENARIOS[name](ctx)
-        results[name] = await sweep(
-            ctx.gated_once.gate if "unknown" in name else ctx.gated.gate, make, judge, modes=modes
-        )
+    try:
+        for name in names or list(SCENARIOS):
+            make, judge = SCENARIOS[name](ctx)
+            gate = ctx.gated_once.gate if "unknown" in name else ctx.gated.gate
+            results[name] = await sweep(gate, make, judge, modes=modes)
+    finally:
+        await ctx.reader.close()
+        await ctx.real.close()
+    if stats is not None:
+        hits = ctx.gated.gate.interrupted_commits + ctx.gated_once.gate.interrupted_commits
+        stats["commit in flight"] = stats.get("commit in flight", 0) + hits
     return results

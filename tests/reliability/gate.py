@@ -48,8 +48,12 @@ class GatedBackend:
         self.reached = asyncio.Event()
         self.release = asyncio.Event()
         self.in_flight = 0
+        self.in_flight_calls: list[str] = []  # names of the calls in flight right now
         self.idle = asyncio.Event()
         self.idle.set()
+        # What the database calls ran into (kept across operations, for the soak):
+        self.interrupted_commits = 0  # cancellations that landed while apply was in flight
+        self.failed_applies: list[TransientStorageError] = []  # attempts that failed
         # Fault injection (the real call still runs first):
         self.lose_ack = 0  # apply succeeds, then raises "outcome unknown" this many times
         self.fail_applied = 0  # applied() fails this many times
@@ -72,11 +76,17 @@ class GatedBackend:
         if self.pause == (index, "during"):
             self.reached.set()
         self.in_flight += 1
+        self.in_flight_calls.append(name)
         self.idle.clear()
         try:
             result = await fn()
+        except TransientStorageError as exc:
+            if name == "apply":
+                self.failed_applies.append(exc)
+            raise
         finally:
             self.in_flight -= 1
+            self.in_flight_calls.remove(name)
             if not self.in_flight:
                 self.idle.set()
         await self._hold(index, "after")
@@ -128,6 +138,7 @@ class Outcome:
     timed_out: bool = False  # TimeoutError reached the caller
     error: BaseException | None = None  # any other exception
     cancel_sent: bool = False
+    commit_in_flight: bool = False  # a Backend.apply was running when it was interrupted
     reached: bool = True  # the gate point was reached (always True for steps)
 
     @property
@@ -185,6 +196,8 @@ async def run_interrupted(
 
     if not task.done():
         out.cancel_sent = True
+        out.commit_in_flight = "apply" in gate.in_flight_calls
+        gate.interrupted_commits += out.commit_in_flight
         if mode == "timeout" and timeouts:
             timeouts[0].reschedule(loop.time())
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sqlite3
 import sys
 import tempfile
 import uuid
@@ -18,6 +19,8 @@ from typing import Any, Protocol
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sessions import Store, open_store
+
+from .invariant import History, RawRow, RawSession, check_rows
 
 PG_DSN = os.environ.get(
     "SESSIONS_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -103,16 +106,108 @@ async def pg_execute(sql: str, *args: Any, dsn: str = PG_DSN) -> Any:
         await conn.close()
 
 
-async def read_history(target: TargetLike, session_id: str) -> list[Any]:
-    """The stored history as a FRESH store sees it (opened and closed here)."""
-    store = await open_url(target.url)
+async def read_history(
+    target: TargetLike, session_id: str, *, reader: RawReader | None = None
+) -> History:
+    """The stored history, from the raw rows (one snapshot).
+
+    Every row is checked (:func:`~tests.reliability.invariant.check_rows`): the result
+    holds the items of the valid rows and, in ``.problems``, everything wrong. Reads
+    through ``reader`` (one connection kept open) when given, else a connection of its own.
+    """
+    if reader is not None:
+        return check_rows(await reader.read(session_id))
+    async with RawReader(target) as own:
+        return check_rows(await own.read(session_id))
+
+
+class RawReader:
+    """Reads sessions' raw rows over one connection (PostgreSQL) kept for many reads."""
+
+    def __init__(self, target: TargetLike) -> None:
+        self.target = target
+        self._pg: Any = None
+
+    async def read(self, session_id: str) -> RawSession:
+        """Rows, metadata and batch records of one session, as the database holds them."""
+        if self.target.kind == "sqlite":
+            assert self.target.sqlite_path is not None
+            return await asyncio.to_thread(_sqlite_raw, self.target.sqlite_path, session_id)
+        assert self.target.pg_schema is not None
+        if self._pg is None or self._pg.is_closed():
+            import asyncpg
+
+            self._pg = await asyncpg.connect(PG_DSN, timeout=10)
+        return await _postgres_raw(self._pg, self.target.pg_schema, session_id)
+
+    async def close(self) -> None:
+        pg, self._pg = self._pg, None
+        if pg is not None:
+            await pg.close()
+
+    async def __aenter__(self) -> RawReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+def _sqlite_raw(path: str, session_id: str) -> RawSession:
+    from datetime import datetime, timezone
+
+    def when(value: float) -> datetime:
+        return datetime.fromtimestamp(value, timezone.utc)
+
+    conn = sqlite3.connect(path, timeout=30, isolation_level=None)
     try:
-        session = store.session(session_id)
-        items: list[Any] = await session.get_items()
-        await session.close()
-        return items
+        conn.execute("BEGIN")  # one snapshot for the three reads
+        rows = conn.execute(
+            "SELECT seq, batch_id, data FROM txs_items WHERE session_id = ? ORDER BY seq",
+            (session_id,),
+        ).fetchall()
+        meta = conn.execute(
+            "SELECT item_count, next_seq, created_at, updated_at FROM txs_sessions "
+            "WHERE session_id = ?",
+            (session_id,),
+        ).fetchone()
+        records = conn.execute(
+            "SELECT batch_id, committed_at FROM txs_batches WHERE session_id = ?", (session_id,)
+        ).fetchall()
+        conn.execute("COMMIT")
     finally:
-        await store.close()
+        conn.close()
+    return RawSession(
+        session_id,
+        [RawRow(*row) for row in rows],
+        None if meta is None else (meta[0], meta[1], when(meta[2]), when(meta[3])),
+        [(batch_id, when(at)) for batch_id, at in records],
+    )
+
+
+async def _postgres_raw(conn: Any, schema: str, session_id: str) -> RawSession:
+    def table(name: str) -> str:
+        return f'"{schema}"."txs_{name}"'
+
+    async with conn.transaction(isolation="repeatable_read", readonly=True):
+        rows = await conn.fetch(
+            f"SELECT seq, batch_id, data FROM {table('items')} WHERE session_id = $1 ORDER BY seq",
+            session_id,
+        )
+        meta = await conn.fetchrow(
+            f"SELECT item_count, next_seq, created_at, updated_at FROM {table('sessions')} "
+            "WHERE session_id = $1",
+            session_id,
+        )
+        records = await conn.fetch(
+            f"SELECT batch_id, committed_at FROM {table('batches')} WHERE session_id = $1",
+            session_id,
+        )
+    return RawSession(
+        session_id,
+        [RawRow(row[0], row[1], row[2]) for row in rows],
+        None if meta is None else (meta[0], meta[1], meta[2], meta[3]),
+        [(row[0], row[1]) for row in records],
+    )
 
 
 def child_command(*args: str) -> list[str]:

@@ -5,13 +5,23 @@ when it is a sequence of WHOLE batches (``index`` 0..size-1, contiguous), each
 writer's batches appear in the order they were committed (batch numbers strictly
 increase: nothing duplicated or reordered), every batch whose commit returned is
 present (nothing lost) and no batch appears that was never committed (no phantom).
+
+The history is read from the raw rows, not through ``get_items()`` (which skips rows
+that are not JSON objects): :func:`check_rows` also requires every stored row to be the
+canonical JSON object text a session stores, each batch's rows to be contiguous with
+consecutive keys, and the session's metadata (``item_count``, ``next_seq``,
+``created_at`` / ``updated_at``) to agree with the rows and the batch records.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
+
+from sessions._serde import encode_item
 
 TAG = "rel"
 
@@ -104,12 +114,132 @@ def parse_batches(items: Sequence[Any]) -> tuple[list[tuple[int, int]], list[str
     return runs, problems
 
 
+@dataclass(frozen=True)
+class RawRow:
+    seq: int
+    batch_id: str
+    data: str
+
+
+@dataclass
+class RawSession:
+    """What the database holds for one session, read in one snapshot."""
+
+    session_id: str
+    rows: list[RawRow]
+    #: ``(item_count, next_seq, created_at, updated_at)`` of the metadata row, if any.
+    meta: tuple[int, int, datetime, datetime] | None
+    #: ``(batch_id, committed_at)`` of the session's batch records.
+    records: list[tuple[str, datetime]] = field(default_factory=list)
+
+
+class History(list[Any]):
+    """A stored history: the items of the rows that are valid, in order, and
+    ``problems``, what :func:`check_rows` found wrong with the raw rows.
+    :func:`check_history` reports those too."""
+
+    problems: list[str]
+
+    def __init__(self, items: Sequence[Any] = (), problems: Sequence[str] = ()) -> None:
+        super().__init__(items)
+        self.problems = list(problems)
+
+
+def _check_row(row: RawRow) -> tuple[Any, str | None]:
+    """The row's item, or ``None`` and what is wrong with it."""
+    where = f"row seq {row.seq} (batch {row.batch_id})"
+    try:
+        value = json.loads(row.data)
+    except ValueError as exc:
+        return None, f"{where}: not valid JSON ({exc}): {row.data!r:.80}"
+    if not isinstance(value, dict):
+        return None, f"{where}: a JSON {type(value).__name__}, not an object: {row.data!r:.80}"
+    try:
+        canonical = encode_item(value)
+    except Exception as exc:  # noqa: BLE001 - reported
+        return None, f"{where}: not an item a session can store: {exc}"
+    if canonical != row.data:
+        return value, f"{where}: not the canonical JSON a session stores: {row.data!r:.80}"
+    return value, None
+
+
+def _check_layout(rows: Sequence[RawRow]) -> list[str]:
+    """Keys strictly increasing; each batch's rows contiguous, with consecutive keys."""
+    problems: list[str] = []
+    finished: set[str] = set()
+    for previous, row in zip(rows, rows[1:], strict=False):
+        if row.seq <= previous.seq:
+            problems.append(
+                f"row seq {row.seq} stored after seq {previous.seq} (keys out of order)"
+            )
+        if row.batch_id == previous.batch_id:
+            if row.seq != previous.seq + 1:
+                problems.append(
+                    f"batch {row.batch_id}: a hole between seq {previous.seq} and {row.seq} "
+                    "inside the batch"
+                )
+            continue
+        finished.add(previous.batch_id)
+        if row.batch_id in finished:
+            problems.append(
+                f"batch {row.batch_id}: rows on both sides of batch {previous.batch_id} "
+                f"(seq {row.seq}; not contiguous)"
+            )
+    return problems
+
+
+#: Batch ids of bulk writers, whose sessions take the times of their source.
+_RESTORED = ("imp-", "mig-")
+
+
+def _check_meta(raw: RawSession) -> list[str]:
+    """The metadata row agrees with the rows and the batch records."""
+    if raw.meta is None:
+        if raw.rows or raw.records:
+            return [
+                f"{len(raw.rows)} row(s) and {len(raw.records)} batch record(s) but no metadata row"
+            ]
+        return []
+    count, next_seq, created, updated = raw.meta
+    problems: list[str] = []
+    if count != len(raw.rows):
+        problems.append(f"metadata item_count {count} but {len(raw.rows)} row(s) stored")
+    if raw.rows and next_seq <= raw.rows[-1].seq:
+        problems.append(f"metadata next_seq {next_seq} would reuse stored seq {raw.rows[-1].seq}")
+    if updated < created:
+        problems.append(f"metadata updated_at {updated} before created_at {created}")
+    commits = [at for batch_id, at in raw.records if not batch_id.startswith(_RESTORED)]
+    if commits and updated < max(commits):
+        problems.append(
+            f"metadata updated_at {updated} older than the newest commit ({max(commits)})"
+        )
+    return problems
+
+
+def check_rows(raw: RawSession) -> History:
+    """The valid items of ``raw`` and every way its rows or metadata are wrong."""
+    items: list[Any] = []
+    problems: list[str] = []
+    for row in raw.rows:
+        value, problem = _check_row(row)
+        if problem is not None:
+            problems.append(problem)
+        if value is not None:
+            items.append(value)
+    problems += _check_layout(raw.rows)
+    problems += _check_meta(raw)
+    return History(items, [f"raw rows of {raw.session_id!r}: {p}" for p in problems])
+
+
 def check_history(items: Sequence[Any], ledger: Ledger, *, exact: bool = True) -> list[str]:
     """Every violation of the invariant in ``items`` (empty when the history is right).
 
+    ``items`` read by :func:`~tests.reliability.harness.read_history` (a
+    :class:`History`) bring what was wrong with the raw rows; those are violations too.
     ``exact``: batches that are neither confirmed nor uncertain are phantoms.
     """
     runs, problems = parse_batches(items)
+    problems = list(getattr(items, "problems", ())) + problems
     seen: dict[int, list[int]] = {}
     for w, b in runs:
         previous = seen.setdefault(w, [])

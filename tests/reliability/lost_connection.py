@@ -13,7 +13,7 @@ from typing import Any
 from sessions import RetryPolicy, Store
 from sessions.errors import CommitError
 
-from .gate import GatedStore
+from .gate import GatedBackend, GatedStore
 from .harness import PG_DSN, TargetLike, pg_execute, read_history
 from .invariant import Ledger, check_history, make_batch, parse_batches
 from .pgproxy import PgProxy
@@ -85,13 +85,24 @@ def _count(items: list[Any], w: int, b: int) -> int:
     return parse_batches(items)[0].count((w, b))
 
 
-async def terminate_sweep(target: TargetLike) -> tuple[int, list[str]]:
+def lost_commits(gate: GatedBackend) -> tuple[int, int]:
+    """Commit attempts (``Backend.apply`` calls) that a lost connection interrupted:
+    ``(all, those whose outcome was unknown)``: the termination hit them in flight."""
+    lost = [e for e in gate.failed_applies if "connection lost" in str(e)]
+    return len(lost), sum(1 for e in lost if not e.outcome_known)
+
+
+async def terminate_sweep(target: TargetLike) -> tuple[int, list[str], int]:
     """Terminate our backends before / during (blocked in the server) / after each
     commit's database call, for a plain append and for a pop+append transaction.
-    Every commit must return (after retries) with its batch stored exactly once."""
+    Every commit must return (after retries) with its batch stored exactly once.
+
+    Returns ``(terminations, violations, commit attempts they interrupted)``.
+    """
     assert target.pg_schema is not None
     problems: list[str] = []
     tries = 0
+    hits = 0
     for path in ("append", "transaction"):
         for phase in ("before", "during", "after"):
             name = app_name()
@@ -143,7 +154,8 @@ async def terminate_sweep(target: TargetLike) -> tuple[int, list[str]]:
             ]
             await s.close()
             await real.close()
-    return tries, problems
+            hits += lost_commits(gate)[0]
+    return tries, problems, hits
 
 
 async def terminate_storm(
@@ -155,7 +167,8 @@ async def terminate_storm(
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
     name = app_name()
-    store = await open_named(target, name, max_size=writers + 1)
+    real = await open_named(target, name, max_size=writers + 1)
+    store = GatedStore(real)  # counts the commit attempts a termination interrupted
     sid = f"storm-{uuid.uuid4().hex[:10]}"
     ledger = Ledger()
     gave_up = 0
@@ -195,11 +208,18 @@ async def terminate_storm(
     problems += [
         f"(seed {seed}) {p}" for p in check_history(await read_history(target, sid), ledger)
     ]
-    await store.close()
+    await real.close()
+    hits, unknown = lost_commits(store.gate)
     return (
         ledger.count(),
         problems,
-        {"seed": seed, "backends terminated": kills, "commits that gave up (retried)": gave_up},
+        {
+            "seed": seed,
+            "backends terminated": kills,
+            "commits that gave up (retried)": gave_up,
+            "commit attempts interrupted": hits,
+            "of which outcome unknown": unknown,
+        },
     )
 
 

@@ -16,7 +16,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
-from .harness import TargetLike
+from .harness import TargetLike, read_history
 
 TURNS_PER_CONVERSATION = 10
 
@@ -90,9 +90,8 @@ async def run_turns(
             tracemalloc.stop()
     # The history lives in the database, whole: check the last conversation.
     last = warmup + turns - 1
-    probe = store.session(f"mem-{last // TURNS_PER_CONVERSATION}")
-    items = await probe.get_items()
-    await probe.close()
+    items = await read_history(target, f"mem-{last // TURNS_PER_CONVERSATION}")
+    problems += items.problems
     expected = 2 * ((last % TURNS_PER_CONVERSATION) + 1)
     if len(items) != expected:
         problems.append(f"last conversation has {len(items)} stored items, expected {expected}")

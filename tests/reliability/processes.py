@@ -59,6 +59,7 @@ async def crash_scenario(
     ledger = Ledger()
     problems: list[str] = []
     committed_total = 0
+    in_commit = 0  # kills that landed while commit() was running
     for writer in range(kills):
         proc = await spawn("crash-writer", target.url, sid, str(writer))
         await _ready(proc)
@@ -75,9 +76,11 @@ async def crash_scenario(
                 f"kill {writer}: child exited with {code} before the kill: "
                 f"{err.decode(errors='replace')[-1000:]}"
             )
-        reported = [int(x) for x in out.split()]
+        lines = out.split()
+        reported = [int(x) for x in lines if not x.startswith(b"+")]
         if reported != list(range(len(reported))):
             problems.append(f"kill {writer}: child reported {reported[:20]}")
+        in_commit += bool(lines) and lines[-1].startswith(b"+")
         for b in reported:
             ledger.confirm(writer, b)
         ledger.maybe(writer, len(reported))  # in flight when killed: may or may not be stored
@@ -91,7 +94,8 @@ async def crash_scenario(
         problems += [f"kill {writer} (seed {seed}): {p}" for p in check_history(history, ledger)]
         if problems:
             break
-    return kills, problems, {"seed": seed, "batches confirmed": committed_total}
+    figures = {"seed": seed, "batches confirmed": committed_total, "kills in commit()": in_commit}
+    return kills, problems, figures
 
 
 async def _collect(proc: asyncio.subprocess.Process) -> tuple[int, bytes, bytes]:
@@ -132,17 +136,10 @@ async def concurrent_writers(
     problems += [
         f"shared session: {x}" for x in check_history(await read_history(target, shared), ledger)
     ]
-    store = await open_url(target.url)
-    try:
-        for w in ledger.confirmed:
-            own = Ledger({w: list(range(batches))})
-            session = store.session(f"{shared}-own-{w}")
-            problems += [
-                f"session of writer {w}: {x}" for x in check_history(await session.get_items(), own)
-            ]
-            await session.close()
-    finally:
-        await store.close()
+    for w in ledger.confirmed:
+        own = Ledger({w: list(range(batches))})
+        history = await read_history(target, f"{shared}-own-{w}")
+        problems += [f"session of writer {w}: {x}" for x in check_history(history, own)]
     return procs * tasks * batches * 2, problems
 
 
@@ -182,6 +179,7 @@ async def concurrent_poppers(
     left = await read_history(target, sid)
     if left:
         problems.append(f"{len(left)} item(s) left after every popper saw an empty session")
+    problems += left.problems
     return items, problems, {"conflicts surfaced": conflicts, "popped per process": per_process}
 
 

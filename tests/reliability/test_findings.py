@@ -166,3 +166,146 @@ def test_failed_sqlite_open_leaves_nothing_running(tmp_path: Any) -> None:
     finally:
         threading.excepthook = hook
     assert not errors, f"{len(errors)} of 5 failed opens crashed their worker thread: {errors[0]}"
+
+
+async def test_sqlite_group_commit_never_moves_updated_at_back(tmp_path: Any) -> None:
+    """FIXED (sessions/sqlite.py, _apply_group): a group commit read the time before
+    ``BEGIN IMMEDIATE``, which waits while another process holds the write lock. A
+    commit that process made meanwhile (a later time) was then followed by ours with
+    the earlier time: ``updated_at`` went back before the session's newest batch record
+    (found by the raw-row invariant in the soak's "many writers", SQLite), so a session
+    could look idle for longer than it was (purge decides on ``updated_at``)."""
+    import sqlite3
+    import threading
+
+    import sessions.sqlite as backend_module
+    from sessions import SQLiteStore
+
+    path = tmp_path / "clock.db"
+    store = await SQLiteStore.open(path)
+    seed = store.session("s")
+    await seed.add_items([{"n": 0}])
+    await seed.commit()
+    other = _other_writer(path)
+    entered = threading.Event()
+    original = backend_module._apply_group
+
+    def spy(conn: sqlite3.Connection, entries: Any) -> Any:
+        entered.set()
+        return original(conn, entries)
+
+    busy, free = threading.Event(), threading.Event()
+
+    def hold(conn: sqlite3.Connection) -> None:
+        busy.set()
+        free.wait(30)
+
+    try:
+        assert other.stdout is not None and other.stdin is not None
+        assert await asyncio.to_thread(other.stdout.readline) == "locked\n"
+        backend_module._apply_group = spy
+        holder = asyncio.ensure_future(store.sqlite.run(hold))
+        assert await asyncio.to_thread(busy.wait, 30)
+        a, b = store.session("s"), store.session("t")
+        await a.add_items([{"n": 1}])
+        await b.add_items([{"n": 1}])
+        commits = asyncio.gather(a.commit(), b.commit())  # one group of two
+        await asyncio.sleep(0)
+        free.set()
+        assert await asyncio.to_thread(entered.wait, 30)  # the group is running
+        other.stdin.write("go\n")
+        other.stdin.flush()
+        assert await asyncio.to_thread(other.stdout.readline) == "done\n"
+        await holder
+        await commits
+    finally:
+        backend_module._apply_group = original
+        free.set()
+        other.kill()
+        other.wait(30)
+        await store.close()
+    conn = sqlite3.connect(path)
+    (updated,) = conn.execute(
+        "SELECT updated_at FROM txs_sessions WHERE session_id = 's'"
+    ).fetchone()
+    (newest,) = conn.execute(
+        "SELECT max(committed_at) FROM txs_batches WHERE session_id = 's'"
+    ).fetchone()
+    conn.close()
+    assert updated >= newest, f"updated_at {updated} is before the newest commit {newest}"
+
+
+def _other_writer(path: Any) -> Any:
+    """Another process: takes the write lock, then (when told) commits to session "s"
+    the way a txsessions process does, stamping its own (later) time."""
+    import subprocess
+    import sys
+    import textwrap
+
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import sqlite3, sys, time
+                conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+                conn.execute("BEGIN IMMEDIATE")
+                print("locked", flush=True)
+                sys.stdin.readline()
+                time.sleep(0.05)
+                now = time.time()
+                conn.execute("INSERT INTO txs_batches VALUES ('s', 'other', ?)", (now,))
+                conn.execute("UPDATE txs_sessions SET updated_at = ? WHERE session_id = 's'", (now,))
+                conn.execute("COMMIT")
+                print("done", flush=True)
+                """
+            ),
+            str(path),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+async def test_pg_commit_never_moves_updated_at_back(pg: Target) -> None:
+    """FIXED (sessions/postgres.py, the commit SQL): a commit stamps the session with
+    ``now()``, the time its transaction started. A commit that started first but
+    reached the session row last (here: held by the real database at its first write
+    while another writer committed) moved ``updated_at`` back before the other
+    writer's commit. Same finding as the SQLite one above, on PostgreSQL."""
+    import asyncpg
+
+    from tests.conftest import PG_DSN
+    from tests.contract.hang import hang
+
+    from .harness import read_history
+
+    store = await pg.open()
+    sid = f"finding-{uuid.uuid4().hex[:8]}"
+    s = store.session(sid)
+    await s.add_items([{"n": 0}])
+    await s.commit()
+    await s.add_items([{"n": 1}])
+    async with hang(pg, store, sid, "first") as h:
+        task = asyncio.ensure_future(s.commit())  # its transaction starts now, then waits
+        await h.reached()
+        await asyncio.sleep(0.01)
+        # Another writer, whose transaction starts later, commits to the session first
+        # (past the test's trigger, which would hold it too).
+        other = await asyncpg.connect(PG_DSN)
+        try:
+            await other.execute(f'SET search_path TO "{pg.pg_schema}"')
+            await other.execute("SET session_replication_role = replica")
+            await other.execute(
+                "WITH b AS (INSERT INTO txs_batches VALUES ($1, 'other', now())) "
+                "UPDATE txs_sessions SET updated_at = now() WHERE session_id = $1",
+                sid,
+            )
+        finally:
+            await other.close()
+        h.release()
+        await task
+    history = await read_history(pg, sid)
+    assert not [p for p in history.problems if "updated_at" in p], history.problems

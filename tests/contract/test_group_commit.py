@@ -1,0 +1,176 @@
+"""Group commit, on every backend: commits of several sessions that arrive together share
+one transaction, and each still succeeds or fails alone.
+
+To make a group form for certain, the database's write lock is held by another
+connection (SQLite: ``BEGIN IMMEDIATE``; PostgreSQL: a ``SHARE ROW EXCLUSIVE`` lock on
+the batch table) while more commits are started than a backend sends on its own; once
+every commit has reached the backend, the lock is released. Whether commits shared a
+transaction is read back from the database: every batch record's ``committed_at`` is
+one value per transaction (SQLite: the group's clock reading; PostgreSQL: ``now()``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+from sessions import Store
+from sessions.errors import CommitError
+from tests.conftest import PG_DSN, Target
+from tests.contract import raw
+from tests.contract.proxy import install_proxy
+
+# More commits than any backend sends at once on its own, so that the rest must wait
+# and leave together.
+EARLY = 8
+
+
+def msg(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+@asynccontextmanager
+async def writes_held(target: Target) -> AsyncIterator[None]:
+    """Hold the database's write lock from another connection for the block's duration."""
+    if target.kind == "sqlite":
+        assert target.sqlite_path is not None
+        conn = sqlite3.connect(target.sqlite_path, isolation_level=None, timeout=10)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            conn.execute("ROLLBACK")
+            conn.close()
+        return
+    import asyncpg
+
+    pg = await asyncpg.connect(PG_DSN)
+    try:
+        await pg.execute("BEGIN")
+        await pg.execute(f'LOCK TABLE "{target.pg_schema}".txs_batches IN SHARE ROW EXCLUSIVE MODE')
+        yield
+    finally:
+        await pg.close()  # ends the transaction, releasing the lock
+
+
+async def transactions_of(target: Target, session_ids: list[str]) -> int:
+    """How many transactions recorded these sessions' batches."""
+    if target.kind == "sqlite":
+        assert target.sqlite_path is not None
+        conn = sqlite3.connect(target.sqlite_path, timeout=10)
+        try:
+            marks = ",".join("?" * len(session_ids))
+            row = conn.execute(
+                f"SELECT count(DISTINCT committed_at) FROM txs_batches "
+                f"WHERE session_id IN ({marks})",
+                session_ids,
+            ).fetchone()
+        finally:
+            conn.close()
+        return int(row[0])
+    import asyncpg
+
+    pg = await asyncpg.connect(PG_DSN)
+    try:
+        found = await pg.fetchval(
+            f'SELECT count(DISTINCT committed_at) FROM "{target.pg_schema}".txs_batches '
+            "WHERE session_id = ANY($1::text[])",
+            session_ids,
+        )
+    finally:
+        await pg.close()
+    return int(found)
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"timed out waiting until {what}")
+
+
+async def stored(target: Target, session_id: str) -> list[Any]:
+    other = await target.open()
+    return await other.session(session_id).get_items()
+
+
+async def test_a_failing_commit_in_a_group_fails_alone_and_the_others_share_one_transaction(
+    store: Store[Any], target: Target
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    early = [f"g-{run}-early-{i}" for i in range(EARLY)]
+    good = [f"g-{run}-good-{i}" for i in range(3)]
+    bad = f"g-{run}-bad"
+    order = early + good[:2] + [bad] + good[2:]
+    proxy = install_proxy(store)
+    sessions = {sid: store.session(sid) for sid in order}
+    for sid, session in sessions.items():
+        await session.add_items([msg(sid), msg("poison" if sid == bad else "fine")])
+    await raw.add_poison_trigger(target, bad)
+    try:
+        async with writes_held(target):
+            tasks = {sid: asyncio.ensure_future(sessions[sid].commit()) for sid in order}
+            await until(lambda: proxy.apply_calls == len(order), "every commit reached the backend")
+        results = await asyncio.gather(*tasks.values(), return_exceptions=True)
+        outcomes = dict(zip(order, results, strict=True))
+    finally:
+        await raw.drop_poison_trigger(target)
+
+    failure = outcomes.pop(bad)
+    assert isinstance(failure, CommitError), failure
+    assert failure.outcome_known is True and "poison" in str(failure)
+    assert all(outcome is None for outcome in outcomes.values()), outcomes
+    for sid in early + good:
+        assert await stored(target, sid) == [msg(sid), msg("fine")], sid
+    assert await stored(target, bad) == []
+    assert sessions[bad].pending.items == 2  # still staged, to retry or roll back
+    # The group really formed: the good commits, started after the early ones had taken
+    # every free send, were stored by ONE transaction although one of their group failed.
+    assert await transactions_of(target, good) == 1
+    await sessions[bad].commit()  # the trigger is gone: applies now, once
+    assert await stored(target, bad) == [msg(bad), msg("poison")]
+
+
+async def test_commits_of_one_session_in_one_group_each_stay_whole_and_contiguous(
+    store: Store[Any], target: Target
+) -> None:
+    run = uuid.uuid4().hex[:8]
+    sid = f"g-{run}-shared"
+    early = [f"g-{run}-early-{i}" for i in range(EARLY)]
+    proxy = install_proxy(store)
+    writers = [store.session(sid) for _ in range(3)]
+    for n, writer in enumerate(writers):
+        await writer.add_items([msg(f"w{n}.{i}") for i in range(4)])
+    others = [store.session(s) for s in early]
+    for other in others:
+        await other.add_items([msg("x")])
+    async with writes_held(target):
+        tasks = [asyncio.ensure_future(s.commit()) for s in others + writers]
+        await until(lambda: proxy.apply_calls == len(tasks), "every commit reached the backend")
+    await asyncio.gather(*tasks)
+    texts = [item["content"] for item in await stored(target, sid)]
+    assert sorted(texts) == sorted(f"w{n}.{i}" for n in range(3) for i in range(4))
+    for n in range(3):  # each writer's batch is contiguous and in order
+        start = texts.index(f"w{n}.0")
+        assert texts[start : start + 4] == [f"w{n}.{i}" for i in range(4)], texts
+    assert await transactions_of(target, [sid]) == 1
+
+
+@pytest.mark.parametrize("count", [1, 2])
+async def test_commits_one_after_another_are_not_held_back(
+    store: Store[Any], target: Target, count: int
+) -> None:
+    """Sequential commits never wait for company: each is its own transaction."""
+    sid = f"g-{uuid.uuid4().hex}"
+    session = store.session(sid)
+    for i in range(count * 3):
+        await session.add_items([msg(str(i))])
+        await session.commit()
+    assert await transactions_of(target, [sid]) == count * 3
