@@ -13,10 +13,10 @@ import weakref
 from typing import Any
 
 import pytest
-from agents.memory.session_settings import SessionSettings
 
 from sessions import Store
 from sessions.errors import InvalidItemError
+from tests.sdk import sdk_import
 
 
 def msg(text: str, role: str = "user") -> dict[str, Any]:
@@ -76,7 +76,11 @@ async def test_circular_item_is_refused(store: Store[Any], sid: str) -> None:
 # ------------------------------------------------------------------ line 2: read-your-writes, limit
 
 
+@pytest.mark.sdk_flow
 async def test_limit_defaults_to_session_settings(store: Store[Any], sid: str) -> None:
+    SessionSettings = sdk_import(
+        "SessionSettings", "agents.memory.session_settings", "SessionSettings"
+    )
     session = store.session(sid, session_settings=SessionSettings(limit=2))
     await session.add_items([msg("1"), msg("2"), msg("3")])
     await session.commit()
