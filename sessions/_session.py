@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -464,18 +465,24 @@ def _coerce_settings(value: object) -> SessionSettings | None:
     if value is None:
         return None
     try:
-        from agents.memory.session_settings import SessionSettings, coerce_session_settings
-    except ImportError:  # openai-agents releases before SessionSettings existed
+        from agents.memory.session_settings import SessionSettings
+    except ImportError:  # openai-agents releases before SessionSettings existed (< 0.8)
         raise TypeError(
             "session_settings needs an openai-agents release that has "
             "agents.memory.session_settings.SessionSettings; upgrade openai-agents or pass "
             "limit= to get_items()"
         ) from None
 
-    if isinstance(value, (SessionSettings, dict)):
-        settings = coerce_session_settings(value)
-        validate_limit(settings.limit, "session_settings.limit")
-        return settings
+    if isinstance(value, dict):
+        # As the SDK's coerce_session_settings (0.19 on) does; earlier releases lack it.
+        known = {f.name for f in dataclasses.fields(SessionSettings) if f.init}
+        unknown = sorted(str(name) for name in value if name not in known)
+        if unknown:
+            raise TypeError(f"Unknown session_settings settings: {', '.join(unknown)}")
+        value = SessionSettings(**value)
+    if isinstance(value, SessionSettings):
+        validate_limit(value.limit, "session_settings.limit")
+        return value
     raise TypeError(
         f"session_settings must be an agents SessionSettings or a dict, got {type(value).__name__}"
     )
