@@ -83,7 +83,7 @@ class ScriptedModel(Model):
         output = self._next(system_instructions, input, streamed=True)
         n = 0
         yield ResponseCreatedEvent(
-            type="response.created", response=_response([]), sequence_number=n
+            type="response.created", response=response([]), sequence_number=n
         )
         for index, item in enumerate(output):
             n += 1
@@ -95,11 +95,12 @@ class ScriptedModel(Model):
                 type="response.output_item.done", item=item, output_index=index, sequence_number=n
             )
         yield ResponseCompletedEvent(
-            type="response.completed", response=_response(output), sequence_number=n + 1
+            type="response.completed", response=response(output), sequence_number=n + 1
         )
 
 
-def _response(output: list[Any]) -> Response:
+def response(output: list[Any]) -> Response:
+    """A completed Responses API response with ``output``."""
     return Response(
         id="scripted-response",
         created_at=0,

@@ -37,15 +37,14 @@ from agents.items import ModelResponse
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import (
-    Response,
     ResponseCompletedEvent,
     ResponseCreatedEvent,
     ResponseOutputMessage,
-    ResponseOutputText,
     ResponseTextDeltaEvent,
 )
 
 from sessions import SQLiteStore, TransactionalSession
+from tests.scripted import assistant_message, response
 from tests.sdk import SDK_VERSION_TEXT as SDK_VERSION
 from tests.sdk import has, run_task
 
@@ -71,27 +70,7 @@ def _last_user_text(input: str | list[Any]) -> str:
 
 
 def _message(text: str) -> ResponseOutputMessage:
-    return ResponseOutputMessage(
-        id="msg-1",
-        type="message",
-        role="assistant",
-        status="completed",
-        content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
-    )
-
-
-def _response(output: list[Any]) -> Response:
-    return Response(
-        id="resp-1",
-        created_at=0,
-        model="echo",
-        object="response",
-        output=output,
-        tool_choice="none",
-        tools=[],
-        top_p=None,
-        parallel_tool_calls=False,
-    )
+    return assistant_message(text, item_id="msg-1")
 
 
 class EchoStreamingModel(Model):
@@ -113,7 +92,7 @@ class EchoStreamingModel(Model):
         text = f"reply to {_last_user_text(input)}"
         await asyncio.sleep(0)
         yield ResponseCreatedEvent(
-            type="response.created", response=_response([]), sequence_number=0
+            type="response.created", response=response([]), sequence_number=0
         )
         step = max(1, len(text) // CHUNKS)
         for n, start in enumerate(range(0, len(text), step), start=1):
@@ -129,7 +108,7 @@ class EchoStreamingModel(Model):
             )
         await asyncio.sleep(0)
         yield ResponseCompletedEvent(
-            type="response.completed", response=_response([_message(text)]), sequence_number=99
+            type="response.completed", response=response([_message(text)]), sequence_number=99
         )
 
 
