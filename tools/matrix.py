@@ -62,7 +62,7 @@ STAMP_MAX_AGE = 7 * 24 * 3600  # rebuild weekly: unpinned packages move on
 PIP_TIMEOUT = 600
 CELL_TIMEOUT = 900
 
-CONTRACT = ["tests/contract"]
+CONTRACT = ["tests/contract", "tests/conformance"]  # the package contract, every backend
 RUNNER = ["tests/test_runner.py"]
 SDK_FLOW = ["tests", "-m", "sdk_flow"]
 
@@ -466,6 +466,7 @@ def prepare_wheel(cell: Cell, tmp: Path, log: Path, result: Result) -> tuple[Pat
     work = tmp / "wheel-tests"
     shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", work / "pyproject.toml")  # pytest's settings only
+    shutil.copytree(ROOT / "docs", work / "docs")  # the published tables some tests compare
     where = checked(
         "locating the installed package",
         [python, "-c", "import sessions, sys; print(sessions.__file__)"],
