@@ -248,7 +248,7 @@ def dependency_lines() -> list[str]:
 
 def git(*args: str) -> str:
     done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
-    return done.stdout.strip() if done.returncode == 0 else ""
+    return done.stdout.rstrip() if done.returncode == 0 else ""  # porcelain lines start with " "
 
 
 def commit_label() -> str:
