@@ -34,7 +34,9 @@ async def fetch_value(target: Target, sql: str, *args: Any) -> Any:
         assert target.sqlite_path is not None
         conn = sqlite3.connect(target.sqlite_path, isolation_level=None, timeout=10)
         try:
-            row = conn.execute(sql, args).fetchone()
+            row = conn.execute(
+                sql, {f"p{n}": arg for n, arg in enumerate(args, start=1)}
+            ).fetchone()
         finally:
             conn.close()
         return None if row is None else row[0]
