@@ -230,6 +230,11 @@ class BufferedSession(AsyncResource):
         Writes issued later from inside the finished block's context (a background
         task the block started, for example a streamed run still running) are refused
         with a logged warning and never reach a later commit.
+
+        A cancellation of the task that something inside the block swallowed (as
+        openai-agents before 0.7 did in ``stream_events()``) still counts: on Python
+        3.11 and later the block then rolls back and ``CancelledError`` is raised,
+        instead of committing a turn cut short.
         """
         self._check_open("transaction")
         if any(tx.owner is self._token and not tx.finished for tx in _ACTIVE_TX.get()):
@@ -239,8 +244,11 @@ class BufferedSession(AsyncResource):
             )
         tx = _Tx(self._token)
         reset = _ACTIVE_TX.set((*_ACTIVE_TX.get(), tx))
+        cancels = _cancel_requests()
         try:
             yield self
+            if _cancel_requests() > cancels:
+                raise asyncio.CancelledError("cancelled inside transaction() (swallowed there)")
         except BaseException:
             tx.finished = True
             _ACTIVE_TX.reset(reset)
@@ -459,6 +467,13 @@ class BufferedSession(AsyncResource):
         if outcome.error is not None:
             self._staging.failed(known=outcome.error.outcome_known)
             raise outcome.error
+
+
+def _cancel_requests() -> int:
+    """How many cancellations of the current task are pending (0 before Python 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return 0 if cancelling is None else int(cancelling())
 
 
 def _coerce_settings(value: object) -> SessionSettings | None:
