@@ -79,11 +79,11 @@ def coerce_session_settings(value: object, name: str = "session_settings") -> An
             f"{name} must be an agents SessionSettings or a dict, got {type(value).__name__}"
         )
     known = [field.name for field in dataclasses.fields(cls)]
-    unknown = [key for key in value if key not in known]
-    if unknown:
+    unknown = sorted(str(key) for key in value if key not in known)
+    if unknown:  # worded as the SDK's own coercion (0.19 on) words it
         raise TypeError(
-            f"{name}: unknown key(s) {', '.join(repr(key) for key in unknown)}; "
-            f"SessionSettings has {', '.join(repr(key) for key in known)}"
+            f"Unknown {name} settings: {', '.join(unknown)} "
+            f"(SessionSettings has: {', '.join(known)})"
         )
     try:
         return cls(**value)

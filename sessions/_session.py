@@ -132,9 +132,7 @@ class BufferedSession(AsyncResource):
         self._autocommit = validate_bool(autocommit, "autocommit")
         # None: the default, SessionSettings(), made on first use (importing the SDK
         # costs a second or more; a CLI that never touches it should not pay that).
-        self._settings: Any = (
-            None if session_settings is None else coerce_session_settings(session_settings)
-        )
+        self._settings: Any = _settings(session_settings)
         self._commit_timeout = (
             None if commit_timeout is None else validate_seconds(commit_timeout, "commit_timeout")
         )
@@ -164,7 +162,7 @@ class BufferedSession(AsyncResource):
 
     @session_settings.setter
     def session_settings(self, value: Any) -> None:
-        self._settings = None if value is None else coerce_session_settings(value)
+        self._settings = _settings(value)
 
     @property
     def autocommit(self) -> bool:
@@ -503,6 +501,11 @@ class BufferedSession(AsyncResource):
         Writes issued later from inside the finished block's context (a background
         task the block started, for example a streamed run still running) are refused
         with a logged warning and never reach a later commit.
+
+        A cancellation of the task that something inside the block swallowed (as
+        openai-agents before 0.7 did in ``stream_events()``) still counts: on Python
+        3.11 and later the block then rolls back and ``CancelledError`` is raised,
+        instead of committing a turn cut short.
         """
         self._check_open("transaction")
         if any(tx.owner is self._token and not tx.finished for tx in _ACTIVE_TX.get()):
@@ -512,8 +515,11 @@ class BufferedSession(AsyncResource):
             )
         tx = _Tx(self._token)
         reset = _ACTIVE_TX.set((*_ACTIVE_TX.get(), tx))
+        cancels = _cancel_requests()
         try:
             yield self
+            if _cancel_requests() > cancels:
+                raise asyncio.CancelledError("cancelled inside transaction() (swallowed there)")
         except BaseException:
             tx.finished = True
             _ACTIVE_TX.reset(reset)
@@ -738,3 +744,19 @@ class BufferedSession(AsyncResource):
 
 async def _never(start: int, output: list[Any]) -> bool:
     return False
+
+
+def _cancel_requests() -> int:
+    """How many cancellations of the current task are pending (0 before Python 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return 0 if cancelling is None else int(cancelling())
+
+
+def _settings(value: object) -> Any:
+    """Given settings, coerced and checked (``None``: the default, made on first use)."""
+    if value is None:
+        return None
+    settings = coerce_session_settings(value)
+    validate_limit(settings.limit, "session_settings.limit")
+    return settings

@@ -92,11 +92,11 @@ _SQL_CLEAR = "DELETE FROM txs_items WHERE session_id = ?"
 _SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
 _SQL_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
-    "VALUES (?1, ?2, ?2, ?3, ?3 + 1) "
-    "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, ?2), "
-    "item_count = CASE WHEN ?4 THEN ?3 ELSE item_count - ?5 + ?3 END, "
-    "next_seq = next_seq + ?3 "
-    "RETURNING next_seq - ?3"
+    "VALUES (:sid, :now, :now, :n, :n + 1) "
+    "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, :now), "
+    "item_count = CASE WHEN :clear THEN :n ELSE item_count - :removed + :n END, "
+    "next_seq = next_seq + :n "
+    "RETURNING next_seq - :n"
 )
 _SQL_RESTORE_TIMES = "UPDATE txs_sessions SET created_at = ?, updated_at = ? WHERE session_id = ?"
 _SQL_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
@@ -135,7 +135,8 @@ def _apply_batches(
                     "another writer"
                 )
         n = len(batch.items)
-        (base,) = conn.execute(_SQL_BUMP, (session_id, now, n, batch.clear, removed)).fetchone()
+        bump = {"sid": session_id, "now": now, "n": n, "clear": batch.clear, "removed": removed}
+        (base,) = conn.execute(_SQL_BUMP, bump).fetchone()
         if batch.restore_times is not None:
             created, updated = batch.restore_times
             conn.execute(_SQL_RESTORE_TIMES, (created.timestamp(), updated.timestamp(), session_id))

@@ -8,6 +8,9 @@ PostgreSQL: the DSN comes from ``SESSIONS_TEST_POSTGRES_DSN``, else
 ``postgresql://postgres@127.0.0.1:5432/postgres``. Each test run works in a schema of
 its own, dropped at the end. When no server answers, PostgreSQL tests are skipped with
 one line saying why, except when ``CI`` is set: then they fail.
+
+Under ``CI`` no skip passes silently: ``tests/skip_policy.py`` (its hooks are imported
+below) turns every skip whose reason is not on its short allow-list into a failure.
 """
 
 from __future__ import annotations
@@ -25,10 +28,16 @@ import pytest
 
 from sessions import SQLiteStore, Store
 from sessions._redact import redact
+from tests.skip_policy import (  # noqa: F401 - pytest hooks, registered by being here
+    in_ci,
+    pytest_make_collect_report,
+    pytest_runtest_makereport,
+    pytest_terminal_summary,
+)
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 PG_DSN = os.environ.get("SESSIONS_TEST_POSTGRES_DSN", DEFAULT_PG_DSN)
-IN_CI = bool(os.environ.get("CI"))
+IN_CI = in_ci()
 
 BACKENDS = ["sqlite", "postgres"]
 

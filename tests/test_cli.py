@@ -339,7 +339,8 @@ async def white_box(url: str, postgres_sql: str, sqlite_sql: str, *args: Any) ->
     conn = sqlite3.connect(backend.path)
     try:
         with conn:
-            conn.execute(sqlite_sql.format(sessions="txs_sessions", items="txs_items"), args)
+            named = {f"p{n}": arg for n, arg in enumerate(args, start=1)}
+            conn.execute(sqlite_sql.format(sessions="txs_sessions", items="txs_items"), named)
     finally:
         conn.close()
 
@@ -350,7 +351,7 @@ async def _age(url: str, session_id: str, days: int) -> None:
         url,
         "UPDATE {sessions} SET updated_at = updated_at - make_interval(days => $2) "
         "WHERE session_id = $1",
-        "UPDATE {sessions} SET updated_at = updated_at - ?2 * 86400 WHERE session_id = ?1",
+        "UPDATE {sessions} SET updated_at = updated_at - :p2 * 86400 WHERE session_id = :p1",
         session_id,
         days,
     )
@@ -609,7 +610,7 @@ async def _corrupt(url: str, session_id: str, text: str) -> None:
     await white_box(
         url,
         "INSERT INTO {items} (session_id, seq, batch_id, data) VALUES ($1, 1000000, 'c', $2)",
-        "INSERT INTO {items} (session_id, seq, batch_id, data) VALUES (?, 1000000, 'c', ?)",
+        "INSERT INTO {items} (session_id, seq, batch_id, data) VALUES (:p1, 1000000, 'c', :p2)",
         session_id,
         text,
     )

@@ -11,8 +11,13 @@ from typing import Any
 
 import pytest
 
-from sessions import BufferedSession, SQLiteStore
-from sessions._demo import run_demo
+from tests.sdk import need_sdk
+
+# The demo's scripted model is agents.testing's (sessions/_demo.py imports it).
+need_sdk("agents.testing")
+
+from sessions import BufferedSession, SQLiteStore  # noqa: E402
+from sessions._demo import run_demo  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPECTED_ROLES = [
@@ -119,9 +124,6 @@ def test_demo_check_fails_when_late_writes_leak(
     assert "history whole:" not in out
 
 
-@pytest.mark.skipif(
-    not (ROOT / "sessions" / "__main__.py").exists(), reason="sessions/__main__.py not written yet"
-)
 def test_python_m_sessions_demo(tmp_path: Path) -> None:
     db = tmp_path / "cli.db"
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}

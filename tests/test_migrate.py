@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 from agents import SQLiteSession
-from agents.extensions.memory import AsyncSQLiteSession
 
 from sessions import open_store
 from sessions._migrate import migrate, open_source
 
 from .conftest import PG_DSN, Target, require_postgres
+from .sdk import sdk_import
 from .test_cli import cli, fresh_url, history, one_error_line, seed
 
 
@@ -101,6 +101,9 @@ async def test_migrate_sqlite_session_file(sdk_file: Path, db: str) -> None:
 async def test_migrate_async_sqlite_session_with_custom_tables(
     tmp_path: Path, target: Target
 ) -> None:
+    AsyncSQLiteSession = sdk_import(
+        "AsyncSQLiteSession", "agents.extensions.memory", "AsyncSQLiteSession"
+    )
     path = tmp_path / "async.db"
     tables = {"sessions_table": "my_sessions", "messages_table": "my_messages"}
     expected: dict[str, list[Any]] = {}

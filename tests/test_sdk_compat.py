@@ -1,13 +1,14 @@
-"""Our sessions inside the SDK (the installed, latest release): its session wrappers,
-``RunConfig(session_input_callback=...)``, tool turns, streamed runs.
+"""Our sessions inside the SDK: its session wrappers, ``RunConfig(session_input_callback=...)``,
+tool turns, streamed runs.
 
-Driven by ``Runner.run`` / ``Runner.run_streamed`` with ``agents.testing.ScriptedModel``;
-every database is a real SQLite file. The oldest supported SDK release is exercised by
-``tests/compat/`` in a virtualenv of its own.
+Driven by ``Runner.run`` / ``Runner.run_streamed`` with ``agents.testing.ScriptedModel``
+(``tests.sdk``'s stand-in before 0.21.0); every database is a real SQLite file. The
+matrix runs these (``sdk_flow``) on every supported SDK release.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -18,9 +19,18 @@ import pytest
 from agents import Agent, RunConfig, Runner, function_tool
 from agents import SQLiteSession as SDKSQLiteSession
 from agents.memory import Session
-from agents.testing import ScriptedModel, assistant_message, function_call
 
 from sessions import BufferedSession, SQLiteStore, TransactionalSession
+from tests.sdk import (
+    ScriptedModel,
+    assistant_message,
+    function_call,
+    has,
+    need_sdk,
+    sdk_import,
+)
+
+pytestmark = pytest.mark.sdk_flow
 
 KEY = "a-test-master-key-with-plenty-of-entropy-0123456789"
 CONFIG = RunConfig(tracing_disabled=True)
@@ -92,7 +102,9 @@ async def test_inside_encrypted_session_history_is_encrypted_whole_and_readable(
     open_session: Opener,
 ) -> None:
     pytest.importorskip("cryptography")  # what the SDK's EncryptedSession needs
-    from agents.extensions.memory.encrypt_session import EncryptedSession
+    EncryptedSession = sdk_import(
+        "EncryptedSession", "agents.extensions.memory.encrypt_session", "EncryptedSession"
+    )
 
     ours, stored = await open_session("enc")
     encrypted = EncryptedSession("enc", underlying_session=ours, encryption_key=KEY)  # type: ignore[arg-type]
@@ -145,6 +157,10 @@ async def test_session_input_callback_shapes_the_model_input_not_the_history(
     async def last_two_async(history: list[Any], new_input: list[Any]) -> list[Any]:
         return last_two(history, new_input)
 
+    need_sdk(
+        "session_input_callback",
+        present=any(f.name == "session_input_callback" for f in dataclasses.fields(RunConfig)),
+    )
     callback: Any = last_two_async if is_async else last_two
     config = RunConfig(tracing_disabled=True, session_input_callback=callback)
     session, stored = await open_session("cb")
@@ -195,9 +211,9 @@ async def test_a_run_that_fails_midway_leaves_history_untouched(open_session: Op
     session, stored = await open_session("fail")
     with pytest.raises(RuntimeError, match="model outage"):
         await Runner.run(agent, "hello?", session=session, run_config=CONFIG)
-    # This SDK saves the user's input before calling the model: without a
-    # transaction, a commit now would store a question without its answer.
-    assert session.pending.items == 1
+    # From 0.3.0 on the SDK saves the user's input before calling the model: without
+    # a transaction, a commit now would store a question without its answer.
+    assert session.pending.items == (1 if has("per_turn_saves") else 0)
     await session.rollback()
 
     with pytest.raises(RuntimeError, match="model outage"):

@@ -19,8 +19,6 @@ from typing import Any
 import pytest
 from agents import Agent, RunConfig, Runner
 from agents import SQLiteSession as SDKSQLiteSession
-from agents.memory.session_settings import SessionSettings
-from agents.testing import ScriptedModel, assistant_message
 
 from sessions import SQLiteStore, TransactionalSession
 from sessions.errors import (
@@ -33,6 +31,7 @@ from sessions.errors import (
 from sessions.wrapper import InnerSessionWriteError
 
 from .conftest import IN_CI, Target, make_target
+from .sdk import ScriptedModel, assistant_message, sdk_import
 
 INNER_KINDS = ["sdk-sqlite", "txs-sqlite", "txs-postgres", "sdk-redis"]
 REDIS_URL = os.environ.get("SESSIONS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -91,8 +90,11 @@ async def inner(inner_kind: tuple[str, Target | None], tmp_path: Path) -> AsyncI
         box.open = open_txs
     else:
         pytest.importorskip("redis")
-        from agents.extensions.memory.redis_session import RedisSession
         from redis.asyncio import Redis
+
+        RedisSession = sdk_import(
+            "RedisSession", "agents.extensions.memory.redis_session", "RedisSession"
+        )
 
         client = Redis.from_url(REDIS_URL)
         try:
@@ -431,6 +433,7 @@ async def test_closing_the_wrapper_never_closes_the_inner_session(inner: Inner) 
     assert texts(await raw.get_items()) == ["a", "b"]
 
 
+@pytest.mark.sdk_flow
 async def test_a_streamed_agent_run_commits_whole_turns(inner: Inner) -> None:
     raw = await inner.open(sid())
     w = TransactionalSession(raw)
@@ -453,7 +456,11 @@ async def test_a_streamed_agent_run_commits_whole_turns(inner: Inner) -> None:
 # ----------------------------------------------------------------------------- settings
 
 
+@pytest.mark.sdk_flow
 async def test_session_settings_default_to_the_inner_sessions(tmp_path: Path) -> None:
+    SessionSettings = sdk_import(
+        "SessionSettings", "agents.memory.session_settings", "SessionSettings"
+    )
     raw: Any = SDKSQLiteSession("s", tmp_path / "x.db", session_settings=SessionSettings(limit=2))
     try:
         await raw.add_items([msg("a"), msg("b"), msg("c")])

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sessions import Batch, Store
+from sessions import AdminBackend, Batch, Store
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -50,8 +50,27 @@ class ProxyBackend:
         return getattr(self.inner, name)
 
 
+class AdminProxyBackend(ProxyBackend):
+    """A ProxyBackend over a backend with store operations, which are real methods here:
+    since Python 3.12, ``isinstance()`` against a runtime-checkable protocol (how the store
+    finds them) looks attributes up statically, so ``__getattr__`` no longer counts."""
+
+
+def _delegate(name: str) -> Callable[..., Awaitable[Any]]:
+    async def method(self: ProxyBackend, *args: Any, **kwargs: Any) -> Any:
+        return await getattr(self.inner, name)(*args, **kwargs)
+
+    method.__name__ = name
+    return method
+
+
+for _name in [name for name in vars(AdminBackend) if not name.startswith("_")]:
+    setattr(AdminProxyBackend, _name, _delegate(_name))
+
+
 def install_proxy(store: Store[Any]) -> ProxyBackend:
-    proxy = ProxyBackend(store.backend)
+    inner = store.backend
+    proxy = (AdminProxyBackend if isinstance(inner, AdminBackend) else ProxyBackend)(inner)
     store._backend = proxy
     return proxy
 

@@ -356,3 +356,53 @@ async def test_corrupt_row_is_skipped_with_a_warning_and_hides_nothing(
     assert any("corrupt" in r.getMessage() for r in caplog.records)
     await session.commit()
     assert await session.get_items() == [msg("1")]
+
+
+async def test_a_cancellation_swallowed_inside_a_transaction_rolls_it_back_on_3_11_and_later(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    """openai-agents before 0.7 swallowed a consumer's cancellation in stream_events():
+    the block then ended normally with a turn cut short. From Python 3.11 the pending
+    cancellation is visible (Task.cancelling) and the block rolls back and re-raises;
+    on 3.10 it cannot be seen, and the block commits what was staged."""
+    import sys
+
+    session = store.session(sid)
+    inside = asyncio.Event()
+
+    async def handler() -> None:
+        async with session.transaction():
+            await session.add_items([msg("half a turn")])
+            inside.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                pass  # swallowed without uncancel(), as the old SDK did
+
+    task = asyncio.create_task(handler())
+    await inside.wait()
+    task.cancel()
+    await asyncio.wait({task}, timeout=10)
+    assert task.done()
+    if sys.version_info >= (3, 11):
+        assert task.cancelled()
+        assert await stored(target, sid) == []
+        assert not session.has_pending
+    else:
+        assert not task.cancelled()
+        assert await stored(target, sid) == [msg("half a turn")]
+
+
+async def test_a_timeout_handled_inside_a_transaction_still_commits(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    """asyncio.wait_for/timeout un-count their own cancellations: a handled timeout is
+    not a cancellation of the block."""
+    session = store.session(sid)
+    async with session.transaction():
+        await session.add_items([msg("kept")])
+        try:
+            await asyncio.wait_for(asyncio.sleep(30), 0.01)
+        except asyncio.TimeoutError:
+            pass
+    assert await stored(target, sid) == [msg("kept")]

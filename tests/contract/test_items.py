@@ -13,10 +13,10 @@ import weakref
 from typing import Any
 
 import pytest
-from agents.memory.session_settings import SessionSettings
 
 from sessions import Store
 from sessions.errors import InvalidItemError
+from tests.sdk import sdk_import
 
 
 def msg(text: str, role: str = "user") -> dict[str, Any]:
@@ -76,12 +76,30 @@ async def test_circular_item_is_refused(store: Store[Any], sid: str) -> None:
 # ------------------------------------------------------------------ line 2: read-your-writes, limit
 
 
+@pytest.mark.sdk_flow
 async def test_limit_defaults_to_session_settings(store: Store[Any], sid: str) -> None:
+    SessionSettings = sdk_import(
+        "SessionSettings", "agents.memory.session_settings", "SessionSettings"
+    )
     session = store.session(sid, session_settings=SessionSettings(limit=2))
     await session.add_items([msg("1"), msg("2"), msg("3")])
     await session.commit()
     assert await session.get_items() == [msg("2"), msg("3")]
     assert await session.get_items(limit=3) == [msg("1"), msg("2"), msg("3")]
+
+
+@pytest.mark.sdk_flow
+async def test_session_settings_as_a_dict_and_unknown_keys_refused(
+    store: Store[Any], sid: str
+) -> None:
+    sdk_import("SessionSettings", "agents.memory.session_settings", "SessionSettings")
+    session = store.session(sid, session_settings={"limit": 1})
+    assert session.session_settings is not None and session.session_settings.limit == 1
+    await session.add_items([msg("1"), msg("2")])
+    await session.commit()
+    assert await session.get_items() == [msg("2")]
+    with pytest.raises(TypeError, match="Unknown session_settings settings: colour"):
+        store.session(sid, session_settings={"limit": 1, "colour": "red"})
 
 
 @pytest.mark.parametrize("bad", [-1, 1.5, "2", True])

@@ -19,13 +19,6 @@ from .invariant import make_batch
 from .lost_connection import RowLock, app_name, terminate, wait_lock_wait
 
 
-@pytest.fixture
-def pg(target: Target) -> Target:
-    if target.kind != "postgres":
-        pytest.skip("PostgreSQL backend finding")
-    return target
-
-
 async def test_pg_backend_terminated_mid_statement_is_retried(pg: Target) -> None:
     """FIXED (sessions/postgres.py, PostgresBackend._run): the server terminates our
     backend while a commit statement runs. asyncpg has already released the dead

@@ -9,13 +9,6 @@ from tests.conftest import Target
 from .lost_connection import give_up_scenarios, lost_ack_scenario, terminate_storm, terminate_sweep
 
 
-@pytest.fixture
-def pg(target: Target) -> Target:
-    if target.kind != "postgres":
-        pytest.skip("lost connections are a PostgreSQL scenario")
-    return target
-
-
 async def test_terminate_backend_at_each_commit_phase(pg: Target) -> None:
     tries, problems, interrupted = await terminate_sweep(pg)
     assert tries == 6
