@@ -16,6 +16,7 @@ from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
 from ._store import Store
+from ._turns import Turn
 from .memory import MemoryBackend, MemorySession, MemoryStore
 from .sqlite import SQLiteSession, SQLiteStore
 
@@ -42,6 +43,7 @@ __all__ = [
     "SessionInfo",
     "Store",
     "TransactionalSession",
+    "Turn",
     "errors",
     "open_store",
 ]

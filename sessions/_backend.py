@@ -21,6 +21,9 @@ __all__ = [
     "RunStateBackend",
     "RunStateChange",
     "SessionInfo",
+    "TurnBackend",
+    "TurnRecord",
+    "TurnRow",
 ]
 
 Row = tuple[int, str]
@@ -46,6 +49,31 @@ class RunStateChange:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """The turn a batch's items make, recorded with the batch in its transaction.
+
+    A backend implementing :class:`TurnBackend` stores one turn row per applied batch
+    that has a ``turn`` and at least one item: the keys of its first and last item, the
+    time and ``run_id``. Without items nothing is recorded.
+    """
+
+    run_id: str | None = None
+    """The caller's id of the run that produced the items (``session.set_run_id``)."""
+    created_at: datetime | None = None
+    """``None``: the commit's time. A fork copies its source turns' times."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """A stored turn record (see :class:`TurnBackend`)."""
+
+    first_key: int
+    last_key: int
+    created_at: datetime
+    run_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """One unit of commit: applied whole or not at all, and at most once per id.
 
@@ -66,6 +94,11 @@ class Batch:
       :class:`~sessions.errors.ConflictError` and nothing is applied.
     * ``run_state``: a :class:`RunStateChange`, applied in the same transaction (only
       backends implementing :class:`RunStateBackend` are given one).
+
+    ``turn``: a :class:`TurnRecord` for the batch's items (recorded by backends
+    implementing :class:`TurnBackend`, ignored by others; not a condition, so a batch
+    with a turn is still :attr:`plain`). A ``clear`` also removes the session's turn
+    records.
     """
 
     batch_id: str
@@ -75,6 +108,7 @@ class Batch:
     restore_times: tuple[datetime, datetime] | None = None
     tail: int | None = None
     run_state: RunStateChange | None = None
+    turn: TurnRecord | None = None
 
     @property
     def plain(self) -> bool:
@@ -132,6 +166,16 @@ class RunStateBackend(Protocol):
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         """``(text, version, label)``: the stored state (``None`` if none), its version
         (``0`` if no state was ever stored for the session) and its label."""
+        ...
+
+
+@runtime_checkable
+class TurnBackend(Protocol):
+    """A backend that records turns (:attr:`Batch.turn`) with the batches that make them."""
+
+    async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
+        """The session's turn records ordered by ``first_key`` and the keys of its
+        stored items in order, read from one snapshot."""
         ...
 
 

@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._backend import Backend, Batch, RunStateBackend
+from ._backend import AdminBackend, Backend, Batch, RunStateBackend, TurnBackend, TurnRecord
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
 from ._locks import CrossLoopLock
@@ -34,6 +34,7 @@ from ._sdk import (
 from ._serde import decode_item, decode_rows, encode_items
 from ._shield import DeadlineExceeded, shielded
 from ._staging import PendingChanges, Staging
+from ._turns import Turn, build_turns, span_of
 from ._validate import validate_bool, validate_limit, validate_seconds, validate_session_id
 from .errors import (
     CommitConflictError,
@@ -207,12 +208,21 @@ class BufferedSession(AsyncResource):
     # methods accept it. The storage of this package does not depend on it;
     # TransactionalSession hands it on to the session it wraps.
 
-    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+    async def get_items(
+        self, limit: int | None = None, *, turns: int | None = None, wrapper: Any = None
+    ) -> list[Any]:
         """Stored history followed by the staged changes; the latest ``limit`` items.
 
-        ``limit`` defaults to ``session_settings.limit``.
+        ``limit`` defaults to ``session_settings.limit``. ``turns=N`` instead returns the
+        items of the last ``N`` whole turns (:meth:`turns`; staged items count as one
+        pending turn), never part of a turn; ``session_settings.limit`` does not apply
+        then, and ``limit`` may not be given with it.
         """
         self._check_open("get_items")
+        if turns is not None:
+            if limit is not None:
+                raise TypeError("get_items(): pass limit= or turns=, not both")
+            return await self._get_turn_items(validate_limit(turns, "turns"))
         if limit is None and self._settings is not None:
             limit = self._settings.limit
         n = validate_limit(limit)
@@ -267,6 +277,86 @@ class BufferedSession(AsyncResource):
         async with self._lock:
             await self._settle("clear_session")
             self._staging.clear()
+
+    # ------------------------------------------------------------------ turns
+
+    def set_run_id(self, run_id: str | None) -> None:
+        """Tag the turns staged from now on with ``run_id`` (``None``: no run id).
+
+        Items staged by ``add_items`` take the run id set when the first of them is
+        staged; each commit that adds items records one turn (:meth:`turns`). Never
+        suspends, never touches the database.
+        """
+        self._check_open("set_run_id")
+        if run_id is not None:
+            if not isinstance(run_id, str):
+                raise TypeError(f"run_id must be a str or None, got {type(run_id).__name__}")
+            if not run_id or len(run_id) > 256:
+                raise ValueError(f"run_id must be 1 to 256 characters, got {len(run_id)}")
+        self._turn_support("set_run_id")
+        self._staging.run_id = run_id
+
+    @property
+    def run_id(self) -> str | None:
+        """The run id turns staged now carry (:meth:`set_run_id`)."""
+        return self._staging.run_id
+
+    async def turns(self) -> list[Turn]:
+        """The history's turns, oldest first: one per commit that added items (see
+        ``docs/turns.md``), then the staged items as one pending turn."""
+        self._check_open("turns")
+        async with self._lock:
+            await self._settle("turns")
+            return await self._turn_list("turns")
+
+    def _turn_support(self, operation: str) -> None:
+        store = self.store
+        if store is not None and not isinstance(store.backend, TurnBackend):
+            raise SessionError(
+                f"{operation}() on session {self.session_id!r}: "
+                f"{type(store.backend).__name__} does not record turns"
+            )
+
+    async def _turn_backend(self, operation: str) -> TurnBackend:
+        backend = await self._backend(operation)
+        if not isinstance(backend, TurnBackend) or not isinstance(backend, AdminBackend):
+            raise SessionError(
+                f"{operation}() on session {self.session_id!r}: "
+                f"{type(backend).__name__} does not record turns"
+            )
+        return backend
+
+    async def _turn_list(self, operation: str) -> list[Turn]:
+        """With the lock held: stored turns as staging changes them, then the pending one."""
+        backend = await self._turn_backend(operation)
+        records, keys = await backend.load_turns(self.session_id)
+        clear, pops, staged = self._staging.view()
+        return build_turns(records, keys, clear=clear, pops=pops, staged=len(staged))
+
+    async def _get_turn_items(self, count: int | None) -> list[Any]:
+        assert count is not None
+        if count == 0:
+            return []
+        async with self._lock:
+            await self._settle("get_items")
+            chosen = (await self._turn_list("get_items"))[-count:]
+            _, pops, staged = self._staging.view()
+            values: list[Any] = []
+            span = span_of(chosen)
+            if span is not None:
+                values = await self._read_span(*span, pops)
+            if chosen and chosen[-1].pending:
+                values.extend(decode_item(text) for text in staged)
+            return values
+
+    async def _read_span(self, first: int, last: int, items: int, pops: set[int]) -> list[Any]:
+        """Stored items with keys from ``first`` to ``last``, minus ``pops``."""
+        backend = await self._backend("get_items")
+        assert isinstance(backend, AdminBackend)
+        hidden = sum(1 for key in pops if first <= key <= last)
+        rows = await backend.read_range(self.session_id, after=first - 1, limit=items + hidden)
+        kept = [row for row in rows if row[0] <= last and row[0] not in pops]
+        return decode_rows(kept, self.session_id)[1]
 
     # ------------------------------------------------------------------ run state
 
@@ -406,7 +496,9 @@ class BufferedSession(AsyncResource):
         if not self._replacements_supported(suffix=False):
             return False
         if self._autocommit:
-            batch = Batch(uuid.uuid4().hex, True, (), tuple(texts))
+            batch = Batch(
+                uuid.uuid4().hex, True, (), tuple(texts), turn=TurnRecord(self._staging.run_id)
+            )
             return await self._shield(lambda: self._replace_now(batch), known=False)
         async with self._lock:
             await self._settle("clear_session")
@@ -460,7 +552,12 @@ class BufferedSession(AsyncResource):
                 if plan is None or plan.keep:
                     return False
                 batch = Batch(
-                    uuid.uuid4().hex, False, tuple(plan.pops), tuple(texts), tail=plan.tail
+                    uuid.uuid4().hex,
+                    False,
+                    tuple(plan.pops),
+                    tuple(texts),
+                    tail=plan.tail,
+                    turn=TurnRecord(self._staging.run_id),
                 )
             outcome = await apply_batches(store, self.session_id, [batch])
         if outcome.error is None:

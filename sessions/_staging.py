@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from ._backend import Batch, RunStateChange
+from ._backend import Batch, RunStateChange, TurnRecord
 
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
 
@@ -73,7 +73,7 @@ RunStateWrite = tuple[str | None, str | None]
 class Stage:
     """One batch in the making."""
 
-    __slots__ = ("batch_id", "clear", "items", "pops", "run_state", "state", "tail")
+    __slots__ = ("batch_id", "clear", "items", "pops", "run_id", "run_state", "state", "tail")
 
     def __init__(self) -> None:
         self.batch_id = uuid.uuid4().hex
@@ -82,6 +82,7 @@ class Stage:
         self.items: list[str] = []
         self.tail: int | None = None
         self.run_state: RunStateWrite | None = None
+        self.run_id: str | None = None
         self.state = StageState.OPEN
 
     def empty(self) -> bool:
@@ -94,7 +95,10 @@ class Stage:
             change = RunStateChange(text, expect_version, label)
         tail = None if self.clear else self.tail
         pops, items = tuple(self.pops), tuple(self.items)
-        return Batch(self.batch_id, self.clear, pops, items, tail=tail, run_state=change)
+        turn = TurnRecord(self.run_id) if items else None
+        return Batch(
+            self.batch_id, self.clear, pops, items, tail=tail, run_state=change, turn=turn
+        )
 
     def absorb(self, later: Stage) -> None:
         """Fold a later ``OPEN`` stage into this ``OPEN`` one (both never applied)."""
@@ -109,6 +113,8 @@ class Stage:
                 self.tail = later.tail
         if later.run_state is not None:
             self.run_state = later.run_state
+        if self.run_id is None:
+            self.run_id = later.run_id
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -128,11 +134,13 @@ def _atomic(method: F) -> F:
 class Staging:
     """The staged changes of one session, oldest stage first."""
 
-    __slots__ = ("_mutex", "_stages", "run_state_version")
+    __slots__ = ("_mutex", "_stages", "run_id", "run_state_version")
 
     def __init__(self) -> None:
         self._stages: list[Stage] = []
         self._mutex = threading.RLock()
+        #: The run id the turns staged from now on carry (``set_run_id``).
+        self.run_id: str | None = None
         #: The stored run-state version this session last read or wrote (``None``: it
         #: never read one, so run-state writes are unconditional).
         self.run_state_version: int | None = None
@@ -148,7 +156,10 @@ class Staging:
     def add(self, texts: list[str]) -> None:
         """Stage encoded items (appended at commit, in order)."""
         if texts:
-            self._writable().items.extend(texts)
+            stage = self._writable()
+            if stage.run_id is None:
+                stage.run_id = self.run_id
+            stage.items.extend(texts)
 
     @_atomic
     def clear(self) -> None:
@@ -196,6 +207,8 @@ class Staging:
             raise RuntimeError("replace_tail(): staged changes span several batches")
         stage = live[0] if live else self._writable()
         stage.items = stage.items[:keep] + texts
+        if stage.run_id is None:
+            stage.run_id = self.run_id
         stage.pops.extend(pops)
         if tail is not None:
             stage.tail = tail if stage.tail is None else min(stage.tail, tail)

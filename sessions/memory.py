@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ._backend import Batch, Row, SessionInfo
+from ._backend import Batch, Row, SessionInfo, TurnRow
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -43,6 +43,7 @@ class _History:
     next_key: int = 1
     batches: dict[str, datetime] = field(default_factory=dict)  # batch id -> applied at
     run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
+    turns: list[TurnRow] = field(default_factory=list)  # ordered by first_key
 
     def info(self, session_id: str) -> SessionInfo:
         return SessionInfo(session_id, len(self.rows), self.created_at, self.updated_at)
@@ -62,12 +63,14 @@ def _applied(
     next_key = history.next_key
     done = dict(history.batches)
     run_state = history.run_state
+    turns = list(history.turns)
     created, updated = history.created_at, history.updated_at
     for batch in batches:
         if batch.batch_id in done:
             continue  # applied by an earlier attempt
         if batch.clear:
             rows.clear()
+            turns.clear()
         for key in batch.pops:
             if rows.pop(key, None) is None:
                 raise ConflictError(
@@ -85,13 +88,16 @@ def _applied(
             )
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
+        if batch.turn is not None and batch.items:
+            at = now if batch.turn.created_at is None else batch.turn.created_at
+            turns.append(TurnRow(first, next_key - 1, at, batch.turn.run_id))
         done[batch.batch_id] = now
         updated = max(updated, now)
         if batch.restore_times is not None:  # a restore (import): the export's times
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(created, updated, rows, next_key, done, run_state)
+    return _History(created, updated, rows, next_key, done, run_state, turns)
 
 
 def _run_state_after(
@@ -143,6 +149,12 @@ class MemoryBackend:
         await asyncio.sleep(0)
         history = self._sessions.get(session_id)
         return (None, 0, None) if history is None else history.run_state
+
+    async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
+        """The session's turn records and the keys of its stored items."""
+        await asyncio.sleep(0)
+        history = self._sessions.get(session_id)
+        return ([], []) if history is None else (list(history.turns), list(history.rows))
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         """Which of ``batch_ids`` this session has applied."""

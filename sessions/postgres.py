@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from ._backend import Batch, Row, SessionInfo
+from ._backend import Batch, Row, SessionInfo, TurnRow
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._redact import redact
 from ._session import BufferedSession
@@ -100,6 +100,20 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " updated_at timestamptz NOT NULL)",
         ),
     ),
+    (
+        4,
+        (
+            # One row per commit that added items: the seq range of its items (docs/turns.md).
+            # Items stored before this table existed belong to no row: they read as one turn.
+            "CREATE TABLE IF NOT EXISTS {turns} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " first_seq bigint NOT NULL,"
+            " last_seq bigint NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " run_id text,"
+            " PRIMARY KEY (session_id, first_seq))",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -110,7 +124,8 @@ _SQL_VERSION_TABLE = (
 )
 
 # The common commit: one batch of items only, one statement, one round trip.
-# $1 session_id, $2 batch_id, $3 items text[], $4 item count. now() is when the
+# $1 session_id, $2 batch_id, $3 items text[], $4 item count, then the turn record
+# (Batch.turn): $5 whether there is one, $6 its run id, $7 its time (NULL: now()). now() is when the
 # transaction started; a commit that started earlier but got the row later must not move
 # updated_at back, hence GREATEST (here and in _SQL_BATCH).
 _SQL_APPEND = """
@@ -127,6 +142,10 @@ WITH b AS (
         item_count = t.item_count + excluded.item_count,
         next_seq = t.next_seq + excluded.item_count
     RETURNING t.next_seq - $4::bigint AS base
+), r AS (
+    INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id)
+    SELECT $1, s.base, s.base + $4::bigint - 1, coalesce($7::timestamptz, now()), $6::text
+    FROM s WHERE $5::boolean AND $4::bigint > 0
 )
 INSERT INTO {items} (session_id, seq, batch_id, data)
 SELECT $1, s.base + u.ord - 1, $2, u.data
@@ -142,7 +161,9 @@ RETURNING next_seq
 """
 
 # The general commit, one statement per batch, after the lock (fresh snapshot).
-# $1 session_id, $2 batch_id, $3 clear, $4 pops bigint[], $5 items text[], $6 item count.
+# $1 session_id, $2 batch_id, $3 clear, $4 pops bigint[], $5 items text[], $6 item count,
+# $7-$9 the turn record as $5-$7 of _SQL_APPEND. A clear removes the turn records too (the
+# statement's snapshot does not see the new record, so it stays).
 _SQL_BATCH = """
 WITH b AS (
     INSERT INTO {batches} (session_id, batch_id, committed_at)
@@ -167,6 +188,12 @@ WITH b AS (
     INSERT INTO {items} (session_id, seq, batch_id, data)
     SELECT $1, s.base + u.ord - 1, $2, u.data
     FROM s CROSS JOIN unnest($5::text[]) WITH ORDINALITY AS u(data, ord)
+), dt AS (
+    DELETE FROM {turns} WHERE session_id = $1 AND $3::boolean AND EXISTS (SELECT 1 FROM b)
+), r AS (
+    INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id)
+    SELECT $1, s.base, s.base + $6::bigint - 1, coalesce($9::timestamptz, now()), $8::text
+    FROM s WHERE $7::boolean AND $6::bigint > 0
 )
 SELECT (SELECT count(*) FROM b) AS recorded, (SELECT count(*) FROM d) AS removed
 """
@@ -241,6 +268,7 @@ class _Names:
             items=self.table("items"),
             batches=self.table("batches"),
             run_states=self.table("run_states"),
+            turns=self.table("turns"),
             version=self.table("schema_version"),
             prefix=self.prefix,
         )
@@ -309,6 +337,13 @@ _SQL_RUN_STATE_WRITE = (
 )
 _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM {run_states} WHERE session_id = $1"
 _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
+_SQL_TURNS_DELETE = "DELETE FROM {turns} WHERE session_id = $1"
+# Turn records and item keys of one session, from one snapshot (one statement).
+_SQL_TURNS_LOAD = (
+    "SELECT array(SELECT seq FROM {items} WHERE session_id = $1 ORDER BY seq), "
+    "array(SELECT row(first_seq, last_seq, created_at, run_id) FROM {turns} "
+    "WHERE session_id = $1 ORDER BY first_seq)"
+)
 
 
 @dataclass(frozen=True)
@@ -318,6 +353,8 @@ class _ExtraSql:
     run_state_write: str
     run_state_load: str
     run_state_delete: str
+    turns_delete: str
+    turns_load: str
 
     @classmethod
     def build(cls, names: _Names) -> _ExtraSql:
@@ -328,6 +365,8 @@ class _ExtraSql:
             run_state_write=s(_SQL_RUN_STATE_WRITE),
             run_state_load=s(_SQL_RUN_STATE_LOAD),
             run_state_delete=s(_SQL_RUN_STATE_DELETE),
+            turns_delete=s(_SQL_TURNS_DELETE),
+            turns_load=s(_SQL_TURNS_LOAD),
         )
 
 
@@ -478,7 +517,13 @@ class _Grouper:
         return GroupCommitStats(self.transactions, self.commits, self.largest, self.isolated)
 
 
-def _group_args(group: Sequence[_Entry]) -> list[tuple[str, str, list[str], int]]:
+def _turn_args(batch: Batch) -> tuple[bool, str | None, datetime | None]:
+    """The turn-record parameters of the append and batch statements."""
+    turn = batch.turn
+    return (False, None, None) if turn is None else (True, turn.run_id, turn.created_at)
+
+
+def _group_args(group: Sequence[_Entry]) -> list[tuple[Any, ...]]:
     """The append statement's arguments, one tuple per batch.
 
     Entries go in session-id order (stable, so one session's batches keep their
@@ -486,7 +531,7 @@ def _group_args(group: Sequence[_Entry]) -> list[tuple[str, str, list[str], int]
     with another.
     """
     return [
-        (entry.session_id, batch.batch_id, list(batch.items), len(batch.items))
+        (entry.session_id, batch.batch_id, list(batch.items), len(batch.items), *_turn_args(batch))
         for entry in sorted(group, key=lambda e: e.session_id)
         for batch in entry.batches
     ]
@@ -810,6 +855,7 @@ class PostgresBackend:
                 list(batch.pops),
                 list(batch.items),
                 len(batch.items),
+                *_turn_args(batch),
             )
             if recorded and not batch.clear and removed != len(batch.pops):
                 raise ConflictError(
@@ -851,6 +897,11 @@ class PostgresBackend:
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
         return (None, 0, None) if not rows else (rows[0][0], int(rows[0][1]), rows[0][2])
+
+    async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
+        rows = await self._fetch("read", self._extra_sql.turns_load, session_id)
+        keys, records = rows[0]
+        return [TurnRow(*record) for record in records], list(keys)
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         """Which of ``batch_ids`` are committed, waiting for any commit still in flight.
@@ -962,6 +1013,7 @@ class PostgresBackend:
             await conn.execute(items, session_id)
             await conn.execute(batches, session_id)
             await conn.execute(self._extra_sql.run_state_delete, session_id)
+            await conn.execute(self._extra_sql.turns_delete, session_id)
             await conn.execute(session, session_id)
             phase.commit_sent = True
             await conn.execute("COMMIT")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
-from ._backend import Batch, Row, SessionInfo
+from ._backend import Batch, Row, SessionInfo, TurnRow
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -82,6 +82,21 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ") WITHOUT ROWID",
         ),
     ),
+    (
+        4,
+        (
+            # One row per commit that added items: the seq range of its items (docs/turns.md).
+            # Items stored before this table existed belong to no row: they read as one turn.
+            "CREATE TABLE IF NOT EXISTS txs_turns ("
+            " session_id TEXT NOT NULL,"
+            " first_seq INTEGER NOT NULL,"
+            " last_seq INTEGER NOT NULL,"
+            " created_at REAL NOT NULL,"
+            " run_id TEXT,"
+            " PRIMARY KEY (session_id, first_seq)"
+            ") WITHOUT ROWID",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -89,6 +104,16 @@ _SQL_RECORD_BATCH = (
     "INSERT OR IGNORE INTO txs_batches (session_id, batch_id, committed_at) VALUES (?, ?, ?)"
 )
 _SQL_CLEAR = "DELETE FROM txs_items WHERE session_id = ?"
+_SQL_CLEAR_TURNS = "DELETE FROM txs_turns WHERE session_id = ?"
+_SQL_TURN = (
+    "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
+_SQL_LOAD_TURNS = (
+    "SELECT first_seq, last_seq, created_at, run_id FROM txs_turns "
+    "WHERE session_id = ? ORDER BY first_seq"
+)
+_SQL_LOAD_KEYS = "SELECT seq FROM txs_items WHERE session_id = ? ORDER BY seq"
 _SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
 _SQL_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
@@ -126,6 +151,7 @@ def _apply_batches(
         removed = 0
         if batch.clear:
             conn.execute(_SQL_CLEAR, (session_id,))
+            conn.execute(_SQL_CLEAR_TURNS, (session_id,))
         elif batch.pops:
             removed = conn.executemany(_SQL_POP, [(session_id, key) for key in batch.pops]).rowcount
             if removed != len(batch.pops):
@@ -148,6 +174,9 @@ def _apply_batches(
                     for i, text in enumerate(batch.items)
                 ],
             )
+            if batch.turn is not None:
+                at = now if batch.turn.created_at is None else batch.turn.created_at.timestamp()
+                conn.execute(_SQL_TURN, (session_id, base, base + n - 1, at, batch.turn.run_id))
         if not batch.plain:
             _apply_extras(conn, session_id, batch, now)
 
@@ -301,6 +330,19 @@ def _load(conn: sqlite3.Connection, session_id: str, limit: int | None) -> list[
     return rows
 
 
+def _load_turns(conn: sqlite3.Connection, session_id: str) -> tuple[list[TurnRow], list[int]]:
+    conn.execute("BEGIN")  # one snapshot for both reads
+    try:
+        records = [
+            TurnRow(first, last, datetime.fromtimestamp(at, timezone.utc), run_id)
+            for first, last, at, run_id in conn.execute(_SQL_LOAD_TURNS, (session_id,))
+        ]
+        keys = [key for (key,) in conn.execute(_SQL_LOAD_KEYS, (session_id,))]
+    finally:
+        conn.execute("COMMIT")
+    return records, keys
+
+
 def _setup(conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> None:
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
     deadline = time.monotonic() + busy_timeout
@@ -368,6 +410,7 @@ def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | Non
         conn.execute("DELETE FROM txs_items WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM txs_run_states WHERE session_id = ?", (session_id,))
+        conn.execute(_SQL_CLEAR_TURNS, (session_id,))
         existed = (
             conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)).rowcount
             > 0
@@ -468,6 +511,9 @@ class SQLiteBackend:
 
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         return await self._run("read", _load_run_state, session_id)
+
+    async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
+        return await self._run("read", _load_turns, session_id)
 
     async def close(self) -> None:
         """Run what is queued, then close the connection and end the worker thread."""
