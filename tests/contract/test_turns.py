@@ -1,0 +1,321 @@
+"""Turn records (issue 14): every commit that adds items records one turn, in its
+transaction; ``turns()`` lists them and ``get_items(turns=N)`` reads the last N whole.
+
+Every test runs on SQLite, PostgreSQL and the memory backend (``tstore``), except those
+that need raw SQL (``store`` / ``target``: SQLite and PostgreSQL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner
+
+from sessions import MemoryStore, SQLiteStore, Store, TransactionalSession, Turn
+from sessions.errors import CommitError, SessionError
+from sessions.sqlite import MIGRATIONS
+from tests.conftest import BACKENDS, Target, make_target
+from tests.contract import raw
+from tests.sdk import ScriptedModel, assistant_message
+
+
+def msg(text: str, role: str = "user") -> dict[str, Any]:
+    return {"role": role, "content": text}
+
+
+@pytest.fixture(params=[*BACKENDS, "memory"])
+async def tstore(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store[Any]]:
+    if request.param == "memory":
+        memory = await MemoryStore.open()
+        yield memory
+        await memory.close()
+        return
+    target = make_target(request.param, tmp_path, request)
+    yield await target.open()
+    await target.close_all()
+
+
+def shape(turns: list[Turn]) -> list[tuple[int, int, str | None, bool]]:
+    return [(t.number, t.items, t.run_id, t.pending) for t in turns]
+
+
+async def commit_turns(session: Any, *sizes: int) -> None:
+    """One commit per size, each adding that many items named ``t<turn>.<i>``."""
+    done = len(await session.turns())
+    for n, size in enumerate(sizes, start=done + 1):
+        await session.add_items([msg(f"t{n}.{i}") for i in range(size)])
+        await session.commit()
+
+
+async def test_each_commit_that_adds_items_records_one_turn_with_range_time_and_run_id(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    before = datetime.now(timezone.utc)
+    session.set_run_id("run-1")
+    await commit_turns(session, 2)
+    session.set_run_id(None)
+    await commit_turns(session, 1, 3)
+    turns = await tstore.session(sid).turns()  # another session object: what is stored
+    assert shape(turns) == [(1, 2, "run-1", False), (2, 1, None, False), (3, 3, None, False)]
+    keys = [(t.first_key, t.last_key) for t in turns]
+    assert all(first is not None and last is not None for first, last in keys)
+    flat = [k for pair in keys for k in pair]
+    assert flat == sorted(flat) and len(set(flat)) == len(flat) - 1  # turn 2 is one item
+    assert all(t.created_at is not None and t.created_at >= before.replace(microsecond=0)
+               for t in turns)
+
+
+async def test_a_commit_without_items_records_no_turn(tstore: Store[Any], sid: str) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 2, 2)
+    await session.pop_item()
+    await session.commit()  # a pop only
+    assert shape(await session.turns()) == [(1, 2, None, False), (2, 1, None, False)]
+
+
+async def test_staged_items_read_as_one_pending_turn(tstore: Store[Any], sid: str) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 2)
+    await session.add_items([msg("a")])
+    await session.add_items([msg("b")])
+    assert shape(await session.turns()) == [(1, 2, None, False), (2, 2, None, True)]
+    assert await session.get_items(turns=1) == [msg("a"), msg("b")]
+    assert await session.get_items(turns=2) == [msg("t1.0"), msg("t1.1"), msg("a"), msg("b")]
+    assert shape(await tstore.session(sid).turns()) == [(1, 2, None, False)]
+
+
+async def test_get_items_turns_returns_the_last_n_whole_turns_in_order(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 3, 1, 2)
+    assert await session.get_items(turns=0) == []
+    assert await session.get_items(turns=1) == [msg("t3.0"), msg("t3.1")]
+    assert await session.get_items(turns=2) == [msg("t2.0"), msg("t3.0"), msg("t3.1")]
+    everything = await session.get_items()
+    assert await session.get_items(turns=3) == everything
+    assert await session.get_items(turns=99) == everything
+
+
+async def test_turns_ignore_the_settings_limit_and_refuse_limit_alongside(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 3)
+    session.session_settings = {"limit": 1}
+    assert len(await session.get_items()) == 1
+    assert len(await session.get_items(turns=1)) == 3  # a turn is never cut
+    with pytest.raises(TypeError, match="limit= or turns="):
+        await session.get_items(2, turns=1)
+    with pytest.raises(ValueError, match="turns must be >= 0"):
+        await session.get_items(turns=-1)
+    with pytest.raises(TypeError, match="turns must be an int"):
+        await session.get_items(turns=True)
+
+
+async def test_staged_pops_and_clears_change_the_turns_reads_see(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 2, 1)
+    await session.pop_item()  # the whole of turn 2 (stored), staged
+    assert shape(await session.turns()) == [(1, 2, None, False)]
+    assert await session.get_items(turns=1) == [msg("t1.0"), msg("t1.1")]
+    await session.clear_session()
+    await session.add_items([msg("new")])
+    assert shape(await session.turns()) == [(1, 1, None, True)]
+    assert await session.get_items(turns=5) == [msg("new")]
+
+
+async def test_a_pop_of_the_last_item_shrinks_the_last_turn_and_removes_it_when_empty(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 1, 2)
+    await session.pop_item()
+    await session.commit()
+    turns = await tstore.session(sid).turns()
+    assert shape(turns) == [(1, 1, None, False), (2, 1, None, False)]
+    assert turns[1].first_key == turns[1].last_key
+    await session.pop_item()
+    await session.commit()
+    assert shape(await tstore.session(sid).turns()) == [(1, 1, None, False)]
+    await commit_turns(session, 2)  # numbers are positions: the new turn is 2
+    assert shape(await tstore.session(sid).turns()) == [(1, 1, None, False), (2, 2, None, False)]
+
+
+async def test_clear_removes_every_turn_record(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    session = store.session(sid)
+    await commit_turns(session, 2, 2)
+    await session.clear_session()
+    await session.commit()
+    assert await session.turns() == []
+    p1 = raw.param(target, 1)
+    count = await raw.fetch_value(
+        target, f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid
+    )
+    assert int(count) == 0
+    await session.clear_session()
+    await session.add_items([msg("after")])
+    await session.commit()  # clear and items in one batch: one turn, the batch's
+    assert shape(await store.session(sid).turns()) == [(1, 1, None, False)]
+
+
+async def test_deleting_a_session_deletes_its_turn_records(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    await commit_turns(store.session(sid), 1)
+    assert await store.delete_session(sid)
+    p1 = raw.param(target, 1)
+    count = await raw.fetch_value(
+        target, f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid
+    )
+    assert int(count) == 0
+
+
+async def test_history_without_turn_records_reads_as_one_turn(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    """What a store from before schema version 4 holds: items, no turn records."""
+    session = store.session(sid)
+    await commit_turns(session, 2, 3)
+    await raw.execute(target, f"DELETE FROM txs_turns WHERE session_id = {raw.param(target, 1)}", sid)
+    turns = await session.turns()
+    assert shape(turns) == [(1, 5, None, False)] and turns[0].created_at is None
+    await commit_turns(session, 1)
+    assert shape(await session.turns()) == [(1, 5, None, False), (2, 1, None, False)]
+    assert await session.get_items(turns=1) == [msg("t2.0")]
+    assert len(await session.get_items(turns=2)) == 6
+
+
+async def test_a_sqlite_file_from_schema_version_2_reads_its_history_as_one_turn(
+    tmp_path: Path,
+) -> None:
+    path = str(tmp_path / "old.db")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE txs_schema (version INTEGER NOT NULL)")
+    for number, statements in MIGRATIONS:
+        if number <= 2:
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO txs_schema (version) VALUES (?)", (number,))
+    conn.execute(
+        "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
+        "VALUES ('old', 0, 0, 3, 4)"
+    )
+    for seq in (1, 2, 3):
+        conn.execute(
+            "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES ('old', ?, 'b', ?)",
+            (seq, f'{{"role": "user", "content": "{seq}"}}'),
+        )
+    conn.close()
+    store = await SQLiteStore.open(path)
+    try:
+        session = store.session("old")
+        assert shape(await session.turns()) == [(1, 3, None, False)]
+        await commit_turns(session, 1)
+        assert shape(await session.turns()) == [(1, 3, None, False), (2, 1, None, False)]
+    finally:
+        await store.close()
+
+
+async def test_a_commit_the_database_rejects_records_no_turn_and_the_retry_records_one(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    session = store.session(sid)
+    await commit_turns(session, 1)
+    await raw.add_poison_trigger(target, sid)
+    try:
+        await session.add_items([msg("fine"), msg("poison")])
+        with pytest.raises(CommitError):
+            await session.commit()
+        assert shape(await store.session(sid).turns()) == [(1, 1, None, False)]
+    finally:
+        await raw.drop_poison_trigger(target)
+    await session.commit()
+    await session.commit()  # nothing staged: nothing more
+    assert shape(await store.session(sid).turns()) == [(1, 1, None, False), (2, 2, None, False)]
+
+
+async def test_concurrent_commits_of_many_sessions_each_record_their_own_turn(
+    store: Store[Any], sid: str
+) -> None:
+    """On PostgreSQL these share statements (group commit); each turn stays its own."""
+    sessions = [store.session(f"{sid}-{n}") for n in range(12)]
+    for n, session in enumerate(sessions):
+        session.set_run_id(f"run-{n}")
+        await session.add_items([msg(f"{n}.{i}") for i in range(n % 3 + 1)])
+    await asyncio.gather(*(session.commit() for session in sessions))
+    for n, session in enumerate(sessions):
+        turns = await store.session(session.session_id).turns()
+        assert shape(turns) == [(1, n % 3 + 1, f"run-{n}", False)]
+        assert await session.get_items(turns=1) == [msg(f"{n}.{i}") for i in range(n % 3 + 1)]
+
+
+async def test_the_run_id_is_the_one_set_when_a_turns_first_item_was_staged(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    session.set_run_id("a")
+    await session.add_items([msg("1")])
+    session.set_run_id("b")  # the staged turn keeps "a"
+    await session.add_items([msg("2")])
+    assert session.run_id == "b"
+    await session.commit()
+    await commit_turns(session, 1)
+    assert [t.run_id for t in await session.turns()] == ["a", "b"]
+
+
+async def test_set_run_id_refuses_what_is_not_a_short_string(tstore: Store[Any], sid: str) -> None:
+    session = tstore.session(sid)
+    with pytest.raises(TypeError, match="run_id must be a str or None, got int"):
+        session.set_run_id(7)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="1 to 256 characters"):
+        session.set_run_id("")
+    with pytest.raises(ValueError, match="1 to 256 characters"):
+        session.set_run_id("x" * 257)
+    assert session.run_id is None
+
+
+async def test_a_wrapped_sdk_session_refuses_turns(tmp_path: Path) -> None:
+    from agents import SQLiteSession as SDKSQLiteSession
+
+    session = TransactionalSession(SDKSQLiteSession("w", str(tmp_path / "sdk.db")))
+    try:
+        await session.add_items([msg("x")])
+        await session.commit()
+        with pytest.raises(SessionError, match="does not record turns"):
+            await session.turns()
+        with pytest.raises(SessionError, match="does not record turns"):
+            await session.get_items(turns=1)
+        with pytest.raises(SessionError, match="does not record turns"):
+            session.set_run_id("r")
+    finally:
+        await session.close()
+
+
+async def test_a_three_run_conversation_has_three_turns(tstore: Store[Any], sid: str) -> None:
+    """With one transaction per run, each ``Runner.run`` is one turn: its input and its
+    output, whatever the SDK's number of ``add_items`` calls."""
+    model = ScriptedModel([[assistant_message(f"answer {n}")] for n in range(3)])
+    agent = Agent(name="a", model=model)
+    config = RunConfig(tracing_disabled=True)
+    session = tstore.session(sid)
+    for n in range(3):
+        session.set_run_id(f"run-{n}")
+        async with session.transaction():
+            await Runner.run(agent, f"question {n}", session=session, run_config=config)
+    turns = await tstore.session(sid).turns()
+    assert [(t.number, t.run_id) for t in turns] == [(1, "run-0"), (2, "run-1"), (3, "run-2")]
+    last = await session.get_items(turns=1)
+    assert last[0] == {"content": "question 2", "role": "user"}
+    assert "answer 2" in str(last[-1]) and len(last) == turns[-1].items
