@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import errors
 from ._backend import AdminBackend, Backend, Batch, SessionInfo
+from ._branching import Branch
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
@@ -29,6 +30,7 @@ __all__ = [
     "AdminBackend",
     "Backend",
     "Batch",
+    "Branch",
     "BufferedSession",
     "MemoryBackend",
     "MemorySession",

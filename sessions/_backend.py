@@ -17,6 +17,9 @@ __all__ = [
     "AdminBackend",
     "Backend",
     "Batch",
+    "BranchBackend",
+    "BranchRecord",
+    "BranchRow",
     "Row",
     "RunStateBackend",
     "RunStateChange",
@@ -74,6 +77,24 @@ class TurnRow:
 
 
 @dataclass(frozen=True, slots=True)
+class BranchRecord:
+    """Records, with the batch, that its session is a fork of ``source_id`` made at
+    turn ``at_turn`` (see :class:`BranchBackend`)."""
+
+    source_id: str
+    at_turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class BranchRow:
+    """A stored fork record: ``session_id`` was forked from a session at ``at_turn``."""
+
+    session_id: str
+    at_turn: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """One unit of commit: applied whole or not at all, and at most once per id.
 
@@ -99,6 +120,9 @@ class Batch:
     implementing :class:`TurnBackend`, ignored by others; not a condition, so a batch
     with a turn is still :attr:`plain`). A ``clear`` also removes the session's turn
     records.
+
+    ``branch``: a :class:`BranchRecord` (forks only), written with the batch by
+    backends implementing :class:`BranchBackend`; a batch with one is not :attr:`plain`.
     """
 
     batch_id: str
@@ -109,11 +133,13 @@ class Batch:
     tail: int | None = None
     run_state: RunStateChange | None = None
     turn: TurnRecord | None = None
+    branch: BranchRecord | None = None
 
     @property
     def plain(self) -> bool:
-        """Neither condition nor run-state write: only ``clear``, ``pops`` and ``items``."""
-        return self.tail is None and self.run_state is None
+        """No condition, run-state or branch write: ``clear``, ``pops``, ``items`` (and
+        a ``turn`` record, which every backend writes in its plain path too)."""
+        return self.tail is None and self.run_state is None and self.branch is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +202,15 @@ class TurnBackend(Protocol):
     async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
         """The session's turn records ordered by ``first_key`` and the keys of its
         stored items in order, read from one snapshot."""
+        ...
+
+
+@runtime_checkable
+class BranchBackend(Protocol):
+    """A backend that keeps fork records (:attr:`Batch.branch`)."""
+
+    async def load_branches(self, source_id: str) -> list[BranchRow]:
+        """The sessions forked from ``source_id``, oldest fork first."""
         ...
 
 

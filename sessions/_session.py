@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._backend import AdminBackend, Backend, Batch, RunStateBackend, TurnBackend, TurnRecord
 from ._commit import apply_batches, interrupted_error
+from ._branching import Branch, fork_history, list_branches
 from ._compaction import Ident, plan_replacement, read_window
 from ._locks import CrossLoopLock
 from ._owned import OwnedStores
@@ -35,7 +36,13 @@ from ._serde import decode_item, decode_rows, encode_items
 from ._shield import DeadlineExceeded, shielded
 from ._staging import PendingChanges, Staging
 from ._turns import Turn, build_turns, span_of
-from ._validate import validate_bool, validate_limit, validate_seconds, validate_session_id
+from ._validate import (
+    validate_bool,
+    validate_limit,
+    validate_positive_int,
+    validate_seconds,
+    validate_session_id,
+)
 from .errors import (
     CommitConflictError,
     SessionClosedError,
@@ -308,6 +315,37 @@ class BufferedSession(AsyncResource):
         async with self._lock:
             await self._settle("turns")
             return await self._turn_list("turns")
+
+    async def fork(self, new_session_id: str, *, at_turn: int | None = None) -> int:
+        """Make ``new_session_id`` a new session holding this session's turns 1 to
+        ``at_turn`` (all its turns when ``None``); return how many turns it holds.
+
+        One transaction through the commit path, idempotent: running the same fork again
+        adds nothing. A copy (``docs/turns.md`` says why): the fork keeps its history
+        whatever happens to this session later. Refused while this session has staged
+        changes (commit or roll back first), and with
+        :class:`~sessions.errors.CommitConflictError` (nothing applied) when
+        ``new_session_id`` already holds other items. Open the fork with
+        ``store.session(new_session_id)``; :meth:`branches` lists it.
+        """
+        self._check_open("fork")
+        new_id = validate_session_id(new_session_id, "new_session_id")
+        if at_turn is not None:
+            validate_positive_int(at_turn, "at_turn")
+        async with self._lock:
+            await self._settle("fork")
+            if self._staging:
+                raise SessionError(
+                    f"fork() on session {self.session_id!r}: it has staged changes; "
+                    "commit() or rollback() first"
+                )
+            store = await self._ready_store("fork")
+            return await fork_history(store, self.session_id, new_id, at_turn)
+
+    async def branches(self) -> list[Branch]:
+        """The sessions forked from this one (:meth:`fork`), oldest first."""
+        self._check_open("branches")
+        return await list_branches(await self._ready_store("branches"), self.session_id)
 
     def _turn_support(self, operation: str) -> None:
         store = self.store

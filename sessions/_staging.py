@@ -96,9 +96,7 @@ class Stage:
         tail = None if self.clear else self.tail
         pops, items = tuple(self.pops), tuple(self.items)
         turn = TurnRecord(self.run_id) if items else None
-        return Batch(
-            self.batch_id, self.clear, pops, items, tail=tail, run_state=change, turn=turn
-        )
+        return Batch(self.batch_id, self.clear, pops, items, tail=tail, run_state=change, turn=turn)
 
     def absorb(self, later: Stage) -> None:
         """Fold a later ``OPEN`` stage into this ``OPEN`` one (both never applied)."""

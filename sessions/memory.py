@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ._backend import Batch, Row, SessionInfo, TurnRow
+from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -44,6 +44,7 @@ class _History:
     batches: dict[str, datetime] = field(default_factory=dict)  # batch id -> applied at
     run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
     turns: list[TurnRow] = field(default_factory=list)  # ordered by first_key
+    fork_of: tuple[str, int, datetime] | None = None  # source id, at turn, when
 
     def info(self, session_id: str) -> SessionInfo:
         return SessionInfo(session_id, len(self.rows), self.created_at, self.updated_at)
@@ -64,6 +65,7 @@ def _applied(
     done = dict(history.batches)
     run_state = history.run_state
     turns = list(history.turns)
+    fork_of = history.fork_of
     created, updated = history.created_at, history.updated_at
     for batch in batches:
         if batch.batch_id in done:
@@ -88,6 +90,8 @@ def _applied(
             )
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
+        if batch.branch is not None:
+            fork_of = (batch.branch.source_id, batch.branch.at_turn, now)
         if batch.turn is not None and batch.items:
             at = now if batch.turn.created_at is None else batch.turn.created_at
             turns.append(TurnRow(first, next_key - 1, at, batch.turn.run_id))
@@ -97,7 +101,7 @@ def _applied(
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(created, updated, rows, next_key, done, run_state, turns)
+    return _History(created, updated, rows, next_key, done, run_state, turns, fork_of)
 
 
 def _run_state_after(
@@ -155,6 +159,16 @@ class MemoryBackend:
         await asyncio.sleep(0)
         history = self._sessions.get(session_id)
         return ([], []) if history is None else (list(history.turns), list(history.rows))
+
+    async def load_branches(self, source_id: str) -> list[BranchRow]:
+        """The sessions forked from ``source_id``, oldest fork first."""
+        await asyncio.sleep(0)
+        forks = [
+            BranchRow(sid, h.fork_of[1], h.fork_of[2])
+            for sid, h in self._sessions.items()
+            if h.fork_of is not None and h.fork_of[0] == source_id
+        ]
+        return sorted(forks, key=lambda row: (row.created_at, row.session_id))
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         """Which of ``batch_ids`` this session has applied."""

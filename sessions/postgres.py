@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from ._backend import Batch, Row, SessionInfo, TurnRow
+from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._redact import redact
 from ._session import BufferedSession
@@ -112,6 +112,13 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " created_at timestamptz NOT NULL,"
             " run_id text,"
             " PRIMARY KEY (session_id, first_seq))",
+            # Forks: session_id was forked from source_id at turn at_turn (session.fork).
+            "CREATE TABLE IF NOT EXISTS {branches} ("
+            ' source_id text COLLATE "C" NOT NULL,'
+            ' session_id text COLLATE "C" NOT NULL,'
+            " at_turn bigint NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " PRIMARY KEY (source_id, session_id))",
         ),
     ),
 )
@@ -269,6 +276,7 @@ class _Names:
             batches=self.table("batches"),
             run_states=self.table("run_states"),
             turns=self.table("turns"),
+            branches=self.table("branches"),
             version=self.table("schema_version"),
             prefix=self.prefix,
         )
@@ -338,6 +346,15 @@ _SQL_RUN_STATE_WRITE = (
 _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM {run_states} WHERE session_id = $1"
 _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
 _SQL_TURNS_DELETE = "DELETE FROM {turns} WHERE session_id = $1"
+_SQL_BRANCHES_DELETE = "DELETE FROM {branches} WHERE source_id = $1 OR session_id = $1"
+_SQL_BRANCH = (
+    "INSERT INTO {branches} (source_id, session_id, at_turn, created_at) "
+    "VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING"
+)
+_SQL_BRANCHES_LOAD = (
+    "SELECT session_id, at_turn, created_at FROM {branches} WHERE source_id = $1 "
+    "ORDER BY created_at, session_id"
+)
 # Turn records and item keys of one session, from one snapshot (one statement).
 _SQL_TURNS_LOAD = (
     "SELECT array(SELECT seq FROM {items} WHERE session_id = $1 ORDER BY seq), "
@@ -355,6 +372,9 @@ class _ExtraSql:
     run_state_delete: str
     turns_delete: str
     turns_load: str
+    branches_delete: str
+    branch: str
+    branches_load: str
 
     @classmethod
     def build(cls, names: _Names) -> _ExtraSql:
@@ -367,6 +387,9 @@ class _ExtraSql:
             run_state_delete=s(_SQL_RUN_STATE_DELETE),
             turns_delete=s(_SQL_TURNS_DELETE),
             turns_load=s(_SQL_TURNS_LOAD),
+            branches_delete=s(_SQL_BRANCHES_DELETE),
+            branch=s(_SQL_BRANCH),
+            branches_load=s(_SQL_BRANCHES_LOAD),
         )
 
 
@@ -893,6 +916,8 @@ class PostgresBackend:
             await conn.execute(
                 sql.run_state_write, session_id, current + 1, change.text, change.label
             )
+        if batch.branch is not None:
+            await conn.execute(sql.branch, batch.branch.source_id, session_id, batch.branch.at_turn)
 
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
@@ -902,6 +927,10 @@ class PostgresBackend:
         rows = await self._fetch("read", self._extra_sql.turns_load, session_id)
         keys, records = rows[0]
         return [TurnRow(*record) for record in records], list(keys)
+
+    async def load_branches(self, source_id: str) -> list[BranchRow]:
+        rows = await self._fetch("read", self._extra_sql.branches_load, source_id)
+        return [BranchRow(row[0], int(row[1]), row[2]) for row in rows]
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         """Which of ``batch_ids`` are committed, waiting for any commit still in flight.
@@ -1014,6 +1043,7 @@ class PostgresBackend:
             await conn.execute(batches, session_id)
             await conn.execute(self._extra_sql.run_state_delete, session_id)
             await conn.execute(self._extra_sql.turns_delete, session_id)
+            await conn.execute(self._extra_sql.branches_delete, session_id)
             await conn.execute(session, session_id)
             phase.commit_sent = True
             await conn.execute("COMMIT")

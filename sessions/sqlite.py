@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
-from ._backend import Batch, Row, SessionInfo, TurnRow
+from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -94,6 +94,14 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " created_at REAL NOT NULL,"
             " run_id TEXT,"
             " PRIMARY KEY (session_id, first_seq)"
+            ") WITHOUT ROWID",
+            # Forks: session_id was forked from source_id at turn at_turn (session.fork).
+            "CREATE TABLE IF NOT EXISTS txs_branches ("
+            " source_id TEXT NOT NULL,"
+            " session_id TEXT NOT NULL,"
+            " at_turn INTEGER NOT NULL,"
+            " created_at REAL NOT NULL,"
+            " PRIMARY KEY (source_id, session_id)"
             ") WITHOUT ROWID",
         ),
     ),
@@ -190,6 +198,14 @@ _SQL_RUN_STATE_WRITE = (
     "updated_at = excluded.updated_at"
 )
 _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM txs_run_states WHERE session_id = ?"
+_SQL_BRANCH = (
+    "INSERT OR IGNORE INTO txs_branches (source_id, session_id, at_turn, created_at) "
+    "VALUES (?, ?, ?, ?)"
+)
+_SQL_LOAD_BRANCHES = (
+    "SELECT session_id, at_turn, created_at FROM txs_branches WHERE source_id = ? "
+    "ORDER BY created_at, session_id"
+)
 
 
 def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: float) -> None:
@@ -212,6 +228,8 @@ def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: 
         conn.execute(
             _SQL_RUN_STATE_WRITE, (session_id, current + 1, change.text, change.label, now)
         )
+    if batch.branch is not None:
+        conn.execute(_SQL_BRANCH, (batch.branch.source_id, session_id, batch.branch.at_turn, now))
 
 
 def _load_run_state(
@@ -411,6 +429,9 @@ def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | Non
         conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM txs_run_states WHERE session_id = ?", (session_id,))
         conn.execute(_SQL_CLEAR_TURNS, (session_id,))
+        conn.execute(
+            "DELETE FROM txs_branches WHERE source_id = :s OR session_id = :s", {"s": session_id}
+        )
         existed = (
             conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)).rowcount
             > 0
@@ -514,6 +535,10 @@ class SQLiteBackend:
 
     async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
         return await self._run("read", _load_turns, session_id)
+
+    async def load_branches(self, source_id: str) -> list[BranchRow]:
+        rows = await self._run("read", _query, _SQL_LOAD_BRANCHES, (source_id,))
+        return [BranchRow(sid, at, datetime.fromtimestamp(t, timezone.utc)) for sid, at, t in rows]
 
     async def close(self) -> None:
         """Run what is queued, then close the connection and end the worker thread."""

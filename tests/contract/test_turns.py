@@ -18,7 +18,7 @@ import pytest
 from agents import Agent, RunConfig, Runner
 
 from sessions import MemoryStore, SQLiteStore, Store, TransactionalSession, Turn
-from sessions.errors import CommitError, SessionError
+from sessions.errors import CommitConflictError, CommitError, SessionError
 from sessions.sqlite import MIGRATIONS
 from tests.conftest import BACKENDS, Target, make_target
 from tests.contract import raw
@@ -68,8 +68,9 @@ async def test_each_commit_that_adds_items_records_one_turn_with_range_time_and_
     assert all(first is not None and last is not None for first, last in keys)
     flat = [k for pair in keys for k in pair]
     assert flat == sorted(flat) and len(set(flat)) == len(flat) - 1  # turn 2 is one item
-    assert all(t.created_at is not None and t.created_at >= before.replace(microsecond=0)
-               for t in turns)
+    assert all(
+        t.created_at is not None and t.created_at >= before.replace(microsecond=0) for t in turns
+    )
 
 
 async def test_a_commit_without_items_records_no_turn(tstore: Store[Any], sid: str) -> None:
@@ -151,9 +152,7 @@ async def test_a_pop_of_the_last_item_shrinks_the_last_turn_and_removes_it_when_
     assert shape(await tstore.session(sid).turns()) == [(1, 1, None, False), (2, 2, None, False)]
 
 
-async def test_clear_removes_every_turn_record(
-    store: Store[Any], target: Target, sid: str
-) -> None:
+async def test_clear_removes_every_turn_record(store: Store[Any], target: Target, sid: str) -> None:
     session = store.session(sid)
     await commit_turns(session, 2, 2)
     await session.clear_session()
@@ -188,7 +187,9 @@ async def test_history_without_turn_records_reads_as_one_turn(
     """What a store from before schema version 4 holds: items, no turn records."""
     session = store.session(sid)
     await commit_turns(session, 2, 3)
-    await raw.execute(target, f"DELETE FROM txs_turns WHERE session_id = {raw.param(target, 1)}", sid)
+    await raw.execute(
+        target, f"DELETE FROM txs_turns WHERE session_id = {raw.param(target, 1)}", sid
+    )
     turns = await session.turns()
     assert shape(turns) == [(1, 5, None, False)] and turns[0].created_at is None
     await commit_turns(session, 1)
@@ -319,3 +320,93 @@ async def test_a_three_run_conversation_has_three_turns(tstore: Store[Any], sid:
     last = await session.get_items(turns=1)
     assert last[0] == {"content": "question 2", "role": "user"}
     assert "answer 2" in str(last[-1]) and len(last) == turns[-1].items
+
+
+# ---------------------------------------------------------------- fork (issue 15)
+
+
+async def test_fork_makes_a_new_session_holding_the_turns_up_to_at_turn(
+    tstore: Store[Any], sid: str
+) -> None:
+    source = tstore.session(sid)
+    source.set_run_id("r1")
+    await commit_turns(source, 2)
+    source.set_run_id(None)
+    await commit_turns(source, 1, 3)
+    assert await source.fork(f"{sid}-f", at_turn=2) == 2
+    fork = tstore.session(f"{sid}-f")
+    assert await fork.get_items() == (await source.get_items())[:3]
+    old, new = await source.turns(), await fork.turns()
+    assert [(t.items, t.run_id, t.created_at) for t in new] == [
+        (t.items, t.run_id, t.created_at) for t in old[:2]
+    ]
+    await commit_turns(fork, 1)  # the fork goes its own way; the source is untouched
+    assert len(await source.get_items()) == 6 and len(await fork.get_items()) == 4
+    branches = await source.branches()
+    assert [(b.session_id, b.at_turn) for b in branches] == [(f"{sid}-f", 2)]
+    assert await fork.branches() == []
+
+
+async def test_running_the_same_fork_again_adds_nothing(tstore: Store[Any], sid: str) -> None:
+    source = tstore.session(sid)
+    await commit_turns(source, 2, 1)
+    assert await source.fork(f"{sid}-f") == 2
+    assert await source.fork(f"{sid}-f") == 2
+    fork = tstore.session(f"{sid}-f")
+    assert len(await fork.get_items()) == 3 and len(await fork.turns()) == 2
+    assert len(await source.branches()) == 1
+
+
+async def test_a_fork_into_a_session_holding_items_applies_nothing(
+    tstore: Store[Any], sid: str
+) -> None:
+    source = tstore.session(sid)
+    await commit_turns(source, 2)
+    other = tstore.session(f"{sid}-x")
+    await other.add_items([msg("mine")])
+    await other.commit()
+    with pytest.raises(CommitConflictError):
+        await source.fork(f"{sid}-x")
+    assert await other.get_items() == [msg("mine")] and await source.branches() == []
+
+
+async def test_a_fork_of_a_history_that_changed_since_into_the_same_id_is_refused(
+    tstore: Store[Any], sid: str
+) -> None:
+    source = tstore.session(sid)
+    await commit_turns(source, 1, 2)
+    await source.fork(f"{sid}-f")
+    await source.pop_item()
+    await source.commit()
+    with pytest.raises(SessionError, match="from a different history"):
+        await source.fork(f"{sid}-f")
+    assert len(await tstore.session(f"{sid}-f").get_items()) == 3
+
+
+async def test_fork_refuses_bad_arguments_and_staged_changes(tstore: Store[Any], sid: str) -> None:
+    source = tstore.session(sid)
+    with pytest.raises(ValueError, match="at_turn must be from 1 to 0"):
+        await source.fork(f"{sid}-f")
+    await commit_turns(source, 1, 1)
+    with pytest.raises(ValueError, match="at_turn must be from 1 to 2"):
+        await source.fork(f"{sid}-f", at_turn=3)
+    with pytest.raises(ValueError, match="at_turn must be >= 1"):
+        await source.fork(f"{sid}-f", at_turn=0)
+    with pytest.raises(ValueError, match="must differ"):
+        await source.fork(sid)
+    await source.add_items([msg("staged")])
+    with pytest.raises(SessionError, match="staged changes"):
+        await source.fork(f"{sid}-f")
+    assert await tstore.session(f"{sid}-f").get_items() == []
+
+
+async def test_deleting_a_fork_removes_it_from_its_sources_branches(
+    tstore: Store[Any], sid: str
+) -> None:
+    source = tstore.session(sid)
+    await commit_turns(source, 1)
+    await source.fork(f"{sid}-a")
+    await source.fork(f"{sid}-b")
+    assert [b.session_id for b in await source.branches()] == [f"{sid}-a", f"{sid}-b"]
+    assert await tstore.delete_session(f"{sid}-a")
+    assert [b.session_id for b in await source.branches()] == [f"{sid}-b"]
