@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._backend import AdminBackend, Backend, Batch, RunStateBackend, TurnBackend, TurnRecord
-from ._commit import apply_batches, interrupted_error
 from ._branching import Branch, fork_history, list_branches
+from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
 from ._locks import CrossLoopLock
 from ._owned import OwnedStores
