@@ -385,7 +385,19 @@ async def test_purge_dry_run_confirmation_and_yes(sample: str) -> None:
 # --------------------------------------------------------------------------- errors
 
 
-COMMANDS = ["list", "show", "stats", "export", "import", "delete", "purge", "migrate", "demo"]
+COMMANDS = [
+    "list",
+    "show",
+    "stats",
+    "turns",
+    "fork",
+    "export",
+    "import",
+    "delete",
+    "purge",
+    "migrate",
+    "demo",
+]
 
 
 async def test_every_command_has_help_with_an_example() -> None:
@@ -705,3 +717,35 @@ async def test_export_skips_a_stored_nan_row_as_corrupt_so_the_file_imports(
         assert await store.session("s").get_items() == [{"n": 1}]
     finally:
         await store.close()
+
+
+# --------------------------------------------------------------------------- turns, fork
+
+
+async def test_turns_and_fork_print_turns_literally_and_fork_whole_turns(db: str) -> None:
+    store = await open_store(db)
+    try:
+        session = store.session("chat")
+        for n, run in enumerate(("run-a", "run-\x1b[31mred")):
+            session.set_run_id(run)
+            await session.add_items([{"role": "user", "content": f"q{n}"}] * (n + 1))
+            await session.commit()
+    finally:
+        await store.close()
+    text = await cli("turns", "chat", "--db", db)
+    assert text.code == 0, text.err
+    assert "run-a" in text.out and "\x1b" not in text.out and "\\x1b" in text.out
+    as_json = await cli("turns", "chat", "--json", "--db", db)
+    turns = json.loads(as_json.out)["turns"]
+    assert [(t["number"], t["items"], t["run_id"]) for t in turns] == [
+        (1, 1, "run-a"),
+        (2, 2, "run-\x1b[31mred"),
+    ]
+    for _ in range(2):  # a rerun adds nothing
+        forked = await cli("fork", "chat", "chat-edit", "--at-turn", "1", "--json", "--db", db)
+        assert forked.code == 0, forked.err
+        assert json.loads(forked.out) == {"session_id": "chat-edit", "source": "chat", "turns": 1}
+    assert (await history(db))["chat-edit"] == [{"role": "user", "content": "q0"}]
+    listed = await cli("turns", "chat", "--db", db)
+    assert "fork chat-edit at turn 1" in listed.out
+    one_error_line(await cli("fork", "chat", "x", "--at-turn", "5", "--db", db), "at_turn")

@@ -1,0 +1,115 @@
+"""``sessions turns`` and ``sessions fork``: a session's turns, and forks made from them.
+
+No postponed annotations here: typer reads the command signatures at runtime.
+"""
+
+from typing import Annotated, Any
+
+import typer
+
+from .._turns import Turn
+from .options import Db, Json, database_url, opened
+from .render import Column, fail, iso, json_text, literal, plural, run_async, say, table
+
+__all__ = ["fork_cmd", "turns_cmd"]
+
+
+def _turn_json(turn: Turn) -> dict[str, Any]:
+    return {
+        "number": turn.number,
+        "items": turn.items,
+        "first_key": turn.first_key,
+        "last_key": turn.last_key,
+        "created_at": None if turn.created_at is None else iso(turn.created_at),
+        "run_id": turn.run_id,
+    }
+
+
+def turns_cmd(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
+    db: Db = None,
+    as_json: Json = False,
+) -> int:
+    """A session's turns (one per commit that added items) and its forks.
+
+    \b
+    Example:
+      sessions turns user-42 --db sqlite:///chat.db
+    """
+    url = database_url(ctx, db)
+    return run_async(lambda: _turns(url, session_id, as_json), [url])
+
+
+async def _turns(url: str, session_id: str, as_json: bool) -> None:
+    async with opened(url) as store:
+        session = store.session(session_id)
+        try:
+            turns = await session.turns()
+            branches = await session.branches()
+        finally:
+            await session.close()
+    if as_json:
+        forks = [
+            {"session_id": b.session_id, "at_turn": b.at_turn, "created_at": iso(b.created_at)}
+            for b in branches
+        ]
+        say(json_text({"turns": [_turn_json(t) for t in turns], "forks": forks}, indent=2))
+        return
+    if not turns:
+        say(f"session {literal(session_id)} has no turns")
+    else:
+        columns = (Column("TURN"), Column("ITEMS"), Column("COMMITTED"), Column("RUN", fold=True))
+        table(
+            columns,
+            (
+                (
+                    str(t.number),
+                    str(t.items),
+                    "-" if t.created_at is None else iso(t.created_at),
+                    "-" if t.run_id is None else literal(t.run_id),
+                )
+                for t in turns
+            ),
+        )
+    for branch in branches:
+        say(f"fork {literal(branch.session_id)} at turn {branch.at_turn}")
+
+
+def fork_cmd(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session to fork.")],
+    new_session_id: Annotated[str, typer.Argument(metavar="NEW_ID", help="The new session.")],
+    at_turn: Annotated[
+        int | None,
+        typer.Option("--at-turn", metavar="N", help="Copy turns 1 to N (default: all)."),
+    ] = None,
+    db: Db = None,
+    as_json: Json = False,
+) -> int:
+    """Make NEW_ID a new session holding the turns 1 to N of ID (a copy; safe to rerun).
+
+    \b
+    Example:
+      sessions fork user-42 user-42-edit --at-turn 3 --db sqlite:///chat.db
+    """
+    url = database_url(ctx, db)
+    return run_async(lambda: _fork(url, session_id, new_session_id, at_turn, as_json), [url])
+
+
+async def _fork(
+    url: str, session_id: str, new_session_id: str, at_turn: int | None, as_json: bool
+) -> None:
+    async with opened(url) as store:
+        session = store.session(session_id)
+        try:
+            try:
+                count = await session.fork(new_session_id, at_turn=at_turn)
+            except ValueError as exc:
+                fail(str(exc))
+        finally:
+            await session.close()
+    if as_json:
+        say(json_text({"session_id": new_session_id, "source": session_id, "turns": count}))
+        return
+    say(f"session {literal(new_session_id)} holds {plural(count, 'turn')} of {literal(session_id)}")
