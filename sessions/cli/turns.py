@@ -59,7 +59,12 @@ async def _turns(url: str, session_id: str, as_json: bool) -> None:
     if not turns:
         say(f"session {literal(session_id)} has no turns")
     else:
-        columns = (Column("TURN"), Column("ITEMS"), Column("COMMITTED"), Column("RUN", fold=True))
+        columns = (
+            Column("TURN", right=True),
+            Column("ITEMS", right=True),
+            Column("COMMITTED"),
+            Column("RUN", fold=True),
+        )
         table(
             columns,
             (
