@@ -20,6 +20,7 @@ __all__ = [
     "BranchBackend",
     "BranchRecord",
     "BranchRow",
+    "RewindChange",
     "Row",
     "RunStateBackend",
     "RunStateChange",
@@ -95,6 +96,21 @@ class BranchRow:
 
 
 @dataclass(frozen=True, slots=True)
+class RewindChange:
+    """Hide the newest turns, or bring the last hidden ones back (``session.rewind``).
+
+    ``hide_after``: a row key; every stored item with a greater key, and every turn
+    record starting after it, is moved aside (kept, not deleted) under a new rewind
+    number, the session's highest. ``None``: undo the newest rewind: its items and turn
+    records come back with their keys, unless an item is stored with a greater key than
+    the first of them (a turn committed since), which is a
+    :class:`~sessions.errors.ConflictError`. Nothing hidden: nothing happens.
+    """
+
+    hide_after: int | None
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """One unit of commit: applied whole or not at all, and at most once per id.
 
@@ -123,6 +139,10 @@ class Batch:
 
     ``branch``: a :class:`BranchRecord` (forks only), written with the batch by
     backends implementing :class:`BranchBackend`; a batch with one is not :attr:`plain`.
+
+    ``rewind``: a :class:`RewindChange` (rewinds only, given only to backends
+    implementing :class:`BranchBackend`), applied after the ``tail`` condition; a batch
+    with one is not :attr:`plain`. A ``clear`` also removes hidden items.
     """
 
     batch_id: str
@@ -134,12 +154,18 @@ class Batch:
     run_state: RunStateChange | None = None
     turn: TurnRecord | None = None
     branch: BranchRecord | None = None
+    rewind: RewindChange | None = None
 
     @property
     def plain(self) -> bool:
-        """No condition, run-state or branch write: ``clear``, ``pops``, ``items`` (and
+        """No condition, run-state, branch or rewind: ``clear``, ``pops``, ``items`` (and
         a ``turn`` record, which every backend writes in its plain path too)."""
-        return self.tail is None and self.run_state is None and self.branch is None
+        return (
+            self.tail is None
+            and self.run_state is None
+            and self.branch is None
+            and self.rewind is None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +233,8 @@ class TurnBackend(Protocol):
 
 @runtime_checkable
 class BranchBackend(Protocol):
-    """A backend that keeps fork records (:attr:`Batch.branch`)."""
+    """A backend that keeps fork records (:attr:`Batch.branch`) and applies rewinds
+    (:attr:`Batch.rewind`): its reads never return hidden items or turn records."""
 
     async def load_branches(self, source_id: str) -> list[BranchRow]:
         """The sessions forked from ``source_id``, oldest fork first."""

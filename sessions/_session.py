@@ -17,7 +17,16 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._backend import AdminBackend, Backend, Batch, RunStateBackend, TurnBackend, TurnRecord
+from ._backend import (
+    AdminBackend,
+    Backend,
+    Batch,
+    BranchBackend,
+    RewindChange,
+    RunStateBackend,
+    TurnBackend,
+    TurnRecord,
+)
 from ._branching import Branch, fork_history, list_branches
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
@@ -334,13 +343,75 @@ class BufferedSession(AsyncResource):
             validate_positive_int(at_turn, "at_turn")
         async with self._lock:
             await self._settle("fork")
-            if self._staging:
-                raise SessionError(
-                    f"fork() on session {self.session_id!r}: it has staged changes; "
-                    "commit() or rollback() first"
-                )
+            self._refuse_staged("fork")
             store = await self._ready_store("fork")
             return await fork_history(store, self.session_id, new_id, at_turn)
+
+    async def rewind(self, to_turn: int) -> int:
+        """Hide the turns after turn ``to_turn`` (``0``: all); return how many were hidden.
+
+        One commit of its own (shielded, idempotent like any): reads, ``limit``,
+        :meth:`turns` and forks no longer see the hidden turns, which are kept, not
+        deleted, until :meth:`undo_rewind` brings them back or a clear removes them.
+        Whole turns only, so a tool call and its output stay together. Refused while
+        this session has staged changes; :class:`~sessions.errors.CommitConflictError`
+        (nothing applied) if another writer committed since the turns were read.
+        """
+        self._check_open("rewind")
+        if isinstance(to_turn, bool) or not isinstance(to_turn, int):
+            raise TypeError(f"to_turn must be an int, got {type(to_turn).__name__}")
+        if to_turn < 0:
+            raise ValueError(f"to_turn must be >= 0, got {to_turn}")
+        return await self._shield(lambda: self._rewind_now("rewind", to_turn), known=False)
+
+    async def undo_rewind(self) -> int:
+        """Bring back the turns the newest :meth:`rewind` hid; return how many came back.
+
+        ``0`` when nothing is hidden. Several rewinds are undone newest first. Refused
+        with :class:`~sessions.errors.CommitConflictError` (nothing applied) once a turn
+        has been committed after the rewind (it would interleave with the hidden ones:
+        :meth:`fork` the history you want instead).
+        """
+        self._check_open("undo_rewind")
+        return await self._shield(lambda: self._rewind_now("undo_rewind", None), known=False)
+
+    async def _rewind_now(self, operation: str, to_turn: int | None) -> int:
+        async with self._lock:
+            await self._settle(operation)
+            self._refuse_staged(operation)
+            store = await self._ready_store(operation)
+            if not isinstance(store.backend, BranchBackend):
+                raise SessionError(
+                    f"{operation}() on session {self.session_id!r}: "
+                    f"{type(store.backend).__name__} cannot rewind"
+                )
+            turns = await self._turn_list(operation)
+            tail = None
+            if to_turn is not None:
+                if to_turn > len(turns):
+                    raise ValueError(
+                        f"rewind(): to_turn must be from 0 to {len(turns)} (the turns of "
+                        f"session {self.session_id!r}), got {to_turn}"
+                    )
+                if to_turn == len(turns):
+                    return 0
+                tail = turns[-1].last_key
+                after = turns[to_turn - 1].last_key if to_turn else 0
+            change = RewindChange(after if to_turn is not None else None)
+            batch = Batch(uuid.uuid4().hex, False, (), (), tail=tail, rewind=change)
+            outcome = await apply_batches(store, self.session_id, [batch])
+            if outcome.error is not None:
+                raise outcome.error
+            if to_turn is not None:
+                return len(turns) - to_turn
+            return len(await self._turn_list(operation)) - len(turns)
+
+    def _refuse_staged(self, operation: str) -> None:
+        if self._staging:
+            raise SessionError(
+                f"{operation}() on session {self.session_id!r}: it has staged changes; "
+                "commit() or rollback() first"
+            )
 
     async def branches(self) -> list[Branch]:
         """The sessions forked from this one (:meth:`fork`), oldest first."""

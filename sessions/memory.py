@@ -45,9 +45,50 @@ class _History:
     run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
     turns: list[TurnRow] = field(default_factory=list)  # ordered by first_key
     fork_of: tuple[str, int, datetime] | None = None  # source id, at turn, when
+    hidden: _Hidden = field(default_factory=lambda: _Hidden({}, []))  # rewound away
 
     def info(self, session_id: str) -> SessionInfo:
         return SessionInfo(session_id, len(self.rows), self.created_at, self.updated_at)
+
+
+@dataclass
+class _Hidden:
+    """What rewinds moved aside: rows (key -> (rewind number, text)) and turn records."""
+
+    rows: dict[int, tuple[int, str]]
+    turns: list[tuple[int, TurnRow]]
+
+    def copy(self) -> _Hidden:
+        return _Hidden(dict(self.rows), list(self.turns))
+
+
+def _rewind(
+    rows: dict[int, str], turns: list[TurnRow], hidden: _Hidden, batch: Batch, session_id: str
+) -> None:
+    """Apply ``batch.rewind`` to the (copied) state, in place."""
+    assert batch.rewind is not None
+    after = batch.rewind.hide_after
+    if after is not None:
+        number = max((n for n, _ in hidden.rows.values()), default=0) + 1
+        for key in [key for key in rows if key > after]:
+            hidden.rows[key] = (number, rows.pop(key))
+        hidden.turns.extend((number, t) for t in turns if t.first_key > after)
+        turns[:] = [t for t in turns if t.first_key <= after]
+        return
+    if not hidden.rows:
+        return
+    number = max(n for n, _ in hidden.rows.values())
+    back = sorted(key for key, (n, _) in hidden.rows.items() if n == number)
+    if any(key > back[0] for key in rows):
+        raise ConflictError(
+            f"session {session_id!r}: turns were committed after the rewound ones; "
+            "undoing the rewind would interleave them"
+        )
+    for key in back:
+        rows[key] = hidden.rows.pop(key)[1]
+    turns.extend(t for n, t in hidden.turns if n == number)
+    turns.sort(key=lambda t: t.first_key)
+    hidden.turns = [(n, t) for n, t in hidden.turns if n != number]
 
 
 def _applied(
@@ -65,6 +106,7 @@ def _applied(
     done = dict(history.batches)
     run_state = history.run_state
     turns = list(history.turns)
+    hidden = history.hidden.copy()
     fork_of = history.fork_of
     created, updated = history.created_at, history.updated_at
     for batch in batches:
@@ -73,6 +115,7 @@ def _applied(
         if batch.clear:
             rows.clear()
             turns.clear()
+            hidden = _Hidden({}, [])
         for key in batch.pops:
             if rows.pop(key, None) is None:
                 raise ConflictError(
@@ -88,6 +131,8 @@ def _applied(
                 f"session {session_id!r}: items were stored after the end of the history "
                 "this replacement was prepared against"
             )
+        if batch.rewind is not None:
+            _rewind(rows, turns, hidden, batch, session_id)
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
         if batch.branch is not None:
@@ -101,7 +146,7 @@ def _applied(
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(created, updated, rows, next_key, done, run_state, turns, fork_of)
+    return _History(created, updated, rows, next_key, done, run_state, turns, fork_of, hidden)
 
 
 def _run_state_after(

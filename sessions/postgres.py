@@ -111,7 +111,16 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " last_seq bigint NOT NULL,"
             " created_at timestamptz NOT NULL,"
             " run_id text,"
+            " hidden_by bigint,"  # the rewind that hid it (session.rewind), else NULL
             " PRIMARY KEY (session_id, first_seq))",
+            # Items hidden by a rewind (kept for undo_rewind), with the rewind's number.
+            "CREATE TABLE IF NOT EXISTS {hidden} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " seq bigint NOT NULL,"
+            " batch_id text NOT NULL,"
+            " data text NOT NULL,"
+            " rewind_no bigint NOT NULL,"
+            " PRIMARY KEY (session_id, seq))",
             # Forks: session_id was forked from source_id at turn at_turn (session.fork).
             "CREATE TABLE IF NOT EXISTS {branches} ("
             ' source_id text COLLATE "C" NOT NULL,'
@@ -197,6 +206,8 @@ WITH b AS (
     FROM s CROSS JOIN unnest($5::text[]) WITH ORDINALITY AS u(data, ord)
 ), dt AS (
     DELETE FROM {turns} WHERE session_id = $1 AND $3::boolean AND EXISTS (SELECT 1 FROM b)
+), dh AS (
+    DELETE FROM {hidden} WHERE session_id = $1 AND $3::boolean AND EXISTS (SELECT 1 FROM b)
 ), r AS (
     INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id)
     SELECT $1, s.base, s.base + $6::bigint - 1, coalesce($9::timestamptz, now()), $8::text
@@ -277,6 +288,7 @@ class _Names:
             run_states=self.table("run_states"),
             turns=self.table("turns"),
             branches=self.table("branches"),
+            hidden=self.table("hidden_items"),
             version=self.table("schema_version"),
             prefix=self.prefix,
         )
@@ -347,6 +359,40 @@ _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM {run_states} WHERE sessi
 _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
 _SQL_TURNS_DELETE = "DELETE FROM {turns} WHERE session_id = $1"
 _SQL_BRANCHES_DELETE = "DELETE FROM {branches} WHERE source_id = $1 OR session_id = $1"
+_SQL_HIDDEN_DELETE = "DELETE FROM {hidden} WHERE session_id = $1"
+# Rewinds (Batch.rewind), in the general commit's transaction. $1 session_id, $2 the
+# rewind number, $3 the key to hide after.
+_SQL_REWIND_NO = "SELECT max(rewind_no) FROM {hidden} WHERE session_id = $1"
+_SQL_HIDE = """
+WITH moved AS (
+    DELETE FROM {items} WHERE session_id = $1 AND seq > $3 RETURNING session_id, seq, batch_id, data
+), kept AS (
+    INSERT INTO {hidden} (session_id, seq, batch_id, data, rewind_no)
+    SELECT session_id, seq, batch_id, data, $2 FROM moved
+), t AS (
+    UPDATE {turns} SET hidden_by = $2
+    WHERE session_id = $1 AND first_seq > $3 AND hidden_by IS NULL
+)
+UPDATE {sessions} SET item_count = item_count - (SELECT count(*) FROM moved)
+WHERE session_id = $1
+"""
+_SQL_UNHIDE_BLOCKED = (
+    "SELECT EXISTS (SELECT 1 FROM {items} WHERE session_id = $1 AND seq > (SELECT min(seq) "
+    "FROM {hidden} WHERE session_id = $1 AND rewind_no = $2))"
+)
+_SQL_UNHIDE = """
+WITH moved AS (
+    DELETE FROM {hidden} WHERE session_id = $1 AND rewind_no = $2
+    RETURNING session_id, seq, batch_id, data
+), back AS (
+    INSERT INTO {items} (session_id, seq, batch_id, data)
+    SELECT session_id, seq, batch_id, data FROM moved
+), t AS (
+    UPDATE {turns} SET hidden_by = NULL WHERE session_id = $1 AND hidden_by = $2
+)
+UPDATE {sessions} SET item_count = item_count + (SELECT count(*) FROM moved)
+WHERE session_id = $1
+"""
 _SQL_BRANCH = (
     "INSERT INTO {branches} (source_id, session_id, at_turn, created_at) "
     "VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING"
@@ -359,7 +405,7 @@ _SQL_BRANCHES_LOAD = (
 _SQL_TURNS_LOAD = (
     "SELECT array(SELECT seq FROM {items} WHERE session_id = $1 ORDER BY seq), "
     "array(SELECT row(first_seq, last_seq, created_at, run_id) FROM {turns} "
-    "WHERE session_id = $1 ORDER BY first_seq)"
+    "WHERE session_id = $1 AND hidden_by IS NULL ORDER BY first_seq)"
 )
 
 
@@ -375,6 +421,11 @@ class _ExtraSql:
     branches_delete: str
     branch: str
     branches_load: str
+    hidden_delete: str
+    rewind_no: str
+    hide: str
+    unhide_blocked: str
+    unhide: str
 
     @classmethod
     def build(cls, names: _Names) -> _ExtraSql:
@@ -390,6 +441,11 @@ class _ExtraSql:
             branches_delete=s(_SQL_BRANCHES_DELETE),
             branch=s(_SQL_BRANCH),
             branches_load=s(_SQL_BRANCHES_LOAD),
+            hidden_delete=s(_SQL_HIDDEN_DELETE),
+            rewind_no=s(_SQL_REWIND_NO),
+            hide=s(_SQL_HIDE),
+            unhide_blocked=s(_SQL_UNHIDE_BLOCKED),
+            unhide=s(_SQL_UNHIDE),
         )
 
 
@@ -918,6 +974,24 @@ class PostgresBackend:
             )
         if batch.branch is not None:
             await conn.execute(sql.branch, batch.branch.source_id, session_id, batch.branch.at_turn)
+        if batch.rewind is not None:
+            await self._rewind(conn, session_id, batch.rewind.hide_after)
+
+    async def _rewind(self, conn: Any, session_id: str, hide_after: int | None) -> None:
+        """A :class:`~sessions.RewindChange`: hide the items after ``hide_after``, or undo."""
+        sql = self._extra_sql
+        newest = await conn.fetchval(sql.rewind_no, session_id)
+        if hide_after is not None:
+            await conn.execute(sql.hide, session_id, (newest or 0) + 1, hide_after)
+            return
+        if newest is None:
+            return  # nothing hidden, nothing to undo
+        if await conn.fetchval(sql.unhide_blocked, session_id, newest):
+            raise ConflictError(
+                f"session {session_id!r}: turns were committed after the rewound ones; "
+                "undoing the rewind would interleave them"
+            )
+        await conn.execute(sql.unhide, session_id, newest)
 
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
@@ -1044,6 +1118,7 @@ class PostgresBackend:
             await conn.execute(self._extra_sql.run_state_delete, session_id)
             await conn.execute(self._extra_sql.turns_delete, session_id)
             await conn.execute(self._extra_sql.branches_delete, session_id)
+            await conn.execute(self._extra_sql.hidden_delete, session_id)
             await conn.execute(session, session_id)
             phase.commit_sent = True
             await conn.execute("COMMIT")

@@ -93,7 +93,17 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " last_seq INTEGER NOT NULL,"
             " created_at REAL NOT NULL,"
             " run_id TEXT,"
+            " hidden_by INTEGER,"  # the rewind that hid it (session.rewind), else NULL
             " PRIMARY KEY (session_id, first_seq)"
+            ") WITHOUT ROWID",
+            # Items hidden by a rewind (kept for undo_rewind), with the rewind's number.
+            "CREATE TABLE IF NOT EXISTS txs_hidden_items ("
+            " session_id TEXT NOT NULL,"
+            " seq INTEGER NOT NULL,"
+            " batch_id TEXT NOT NULL,"
+            " data TEXT NOT NULL,"
+            " rewind_no INTEGER NOT NULL,"
+            " PRIMARY KEY (session_id, seq)"
             ") WITHOUT ROWID",
             # Forks: session_id was forked from source_id at turn at_turn (session.fork).
             "CREATE TABLE IF NOT EXISTS txs_branches ("
@@ -113,13 +123,14 @@ _SQL_RECORD_BATCH = (
 )
 _SQL_CLEAR = "DELETE FROM txs_items WHERE session_id = ?"
 _SQL_CLEAR_TURNS = "DELETE FROM txs_turns WHERE session_id = ?"
+_SQL_CLEAR_HIDDEN = "DELETE FROM txs_hidden_items WHERE session_id = ?"
 _SQL_TURN = (
     "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id) "
     "VALUES (?, ?, ?, ?, ?)"
 )
 _SQL_LOAD_TURNS = (
     "SELECT first_seq, last_seq, created_at, run_id FROM txs_turns "
-    "WHERE session_id = ? ORDER BY first_seq"
+    "WHERE session_id = ? AND hidden_by IS NULL ORDER BY first_seq"
 )
 _SQL_LOAD_KEYS = "SELECT seq FROM txs_items WHERE session_id = ? ORDER BY seq"
 _SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
@@ -160,6 +171,7 @@ def _apply_batches(
         if batch.clear:
             conn.execute(_SQL_CLEAR, (session_id,))
             conn.execute(_SQL_CLEAR_TURNS, (session_id,))
+            conn.execute(_SQL_CLEAR_HIDDEN, (session_id,))
         elif batch.pops:
             removed = conn.executemany(_SQL_POP, [(session_id, key) for key in batch.pops]).rowcount
             if removed != len(batch.pops):
@@ -230,6 +242,50 @@ def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: 
         )
     if batch.branch is not None:
         conn.execute(_SQL_BRANCH, (batch.branch.source_id, session_id, batch.branch.at_turn, now))
+    if batch.rewind is not None:
+        _rewind(conn, session_id, batch.rewind.hide_after)
+
+
+_SQL_REWIND_NO = "SELECT max(rewind_no) FROM txs_hidden_items WHERE session_id = :s"
+_SQL_HIDE = (
+    "INSERT INTO txs_hidden_items (session_id, seq, batch_id, data, rewind_no) "
+    "SELECT session_id, seq, batch_id, data, :r FROM txs_items WHERE session_id = :s AND seq > :k",
+    "DELETE FROM txs_items WHERE session_id = :s AND seq > :k",
+    "UPDATE txs_turns SET hidden_by = :r "
+    "WHERE session_id = :s AND first_seq > :k AND hidden_by IS NULL",
+)
+_SQL_UNHIDE = (
+    "INSERT INTO txs_items (session_id, seq, batch_id, data) SELECT session_id, seq, "
+    "batch_id, data FROM txs_hidden_items WHERE session_id = :s AND rewind_no = :r",
+    "DELETE FROM txs_hidden_items WHERE session_id = :s AND rewind_no = :r",
+    "UPDATE txs_turns SET hidden_by = NULL WHERE session_id = :s AND hidden_by = :r",
+)
+_SQL_UNHIDE_BLOCKED = (
+    "SELECT 1 FROM txs_items WHERE session_id = :s AND seq > (SELECT min(seq) FROM "
+    "txs_hidden_items WHERE session_id = :s AND rewind_no = :r) LIMIT 1"
+)
+_SQL_COUNT = "UPDATE txs_sessions SET item_count = item_count + :n WHERE session_id = :s"
+
+
+def _rewind(conn: sqlite3.Connection, session_id: str, hide_after: int | None) -> None:
+    """A :class:`~sessions.RewindChange`: hide the items after ``hide_after``, or undo."""
+    (newest,) = conn.execute(_SQL_REWIND_NO, {"s": session_id}).fetchone()
+    if hide_after is None and newest is None:
+        return  # nothing hidden, nothing to undo
+    params = {"s": session_id, "r": (newest or 0) + 1, "k": hide_after}
+    if hide_after is None:
+        params["r"] = newest
+        if conn.execute(_SQL_UNHIDE_BLOCKED, params).fetchone():
+            raise ConflictError(
+                f"session {session_id!r}: turns were committed after the rewound ones; "
+                "undoing the rewind would interleave them"
+            )
+    insert, delete, turns = _SQL_HIDE if hide_after is not None else _SQL_UNHIDE
+    moved = conn.execute(insert, params).rowcount
+    conn.execute(delete, params)
+    conn.execute(turns, params)
+    sign = 1 if hide_after is None else -1
+    conn.execute(_SQL_COUNT, {"n": sign * moved, "s": session_id})
 
 
 def _load_run_state(
@@ -429,6 +485,7 @@ def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | Non
         conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM txs_run_states WHERE session_id = ?", (session_id,))
         conn.execute(_SQL_CLEAR_TURNS, (session_id,))
+        conn.execute(_SQL_CLEAR_HIDDEN, (session_id,))
         conn.execute(
             "DELETE FROM txs_branches WHERE source_id = :s OR session_id = :s", {"s": session_id}
         )

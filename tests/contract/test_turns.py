@@ -410,3 +410,120 @@ async def test_deleting_a_fork_removes_it_from_its_sources_branches(
     assert [b.session_id for b in await source.branches()] == [f"{sid}-a", f"{sid}-b"]
     assert await tstore.delete_session(f"{sid}-a")
     assert [b.session_id for b in await source.branches()] == [f"{sid}-b"]
+
+
+# ---------------------------------------------------------------- rewind (issue 15)
+
+
+async def test_rewind_hides_the_turns_after_n_from_every_read_and_undo_brings_them_back(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 2, 1, 3)
+    everything = await session.get_items()
+    assert await session.rewind(to_turn=1) == 2
+    for reader in (session, tstore.session(sid)):
+        assert await reader.get_items() == everything[:2]
+        assert await reader.get_items(1) == everything[1:2]
+        assert await reader.get_items(turns=5) == everything[:2]
+        assert shape(await reader.turns()) == [(1, 2, None, False)]
+    assert await session.pop_item() == everything[1]  # pops see the rewound history too
+    await session.rollback()
+    info = await tstore.session_info(sid)
+    assert info is not None and info.item_count == 2
+    assert await session.undo_rewind() == 2
+    assert await tstore.session(sid).get_items() == everything
+    assert shape(await session.turns()) == [
+        (1, 2, None, False),
+        (2, 1, None, False),
+        (3, 3, None, False),
+    ]
+    info = await tstore.session_info(sid)
+    assert info is not None and info.item_count == 6
+    assert await session.undo_rewind() == 0  # nothing hidden
+
+
+async def test_rewinds_stack_and_are_undone_newest_first(tstore: Store[Any], sid: str) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 1, 1, 1, 1)
+    everything = await session.get_items()
+    assert await session.rewind(to_turn=3) == 1
+    assert await session.rewind(to_turn=1) == 2
+    assert await session.get_items() == everything[:1]
+    assert await session.undo_rewind() == 2
+    assert await session.get_items() == everything[:3]
+    assert await session.undo_rewind() == 1
+    assert await session.get_items() == everything
+
+
+async def test_a_turn_committed_after_a_rewind_blocks_its_undo(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 1, 2)
+    await session.rewind(to_turn=1)
+    await session.add_items([msg("instead")])
+    await session.commit()
+    with pytest.raises(CommitConflictError):
+        await session.undo_rewind()
+    assert await session.get_items() == [msg("t1.0"), msg("instead")]
+    assert shape(await session.turns()) == [(1, 1, None, False), (2, 1, None, False)]
+
+
+async def test_rewind_to_zero_hides_everything_and_a_clear_removes_the_hidden_turns(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 2, 1)
+    assert await session.rewind(to_turn=0) == 2
+    assert await session.get_items() == [] and await session.turns() == []
+    await session.clear_session()
+    await session.commit()
+    assert await session.undo_rewind() == 0
+    assert await session.get_items() == []
+
+
+async def test_rewind_refuses_bad_arguments_staged_changes_and_a_stale_view(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 1, 1)
+    with pytest.raises(ValueError, match="to_turn must be from 0 to 2"):
+        await session.rewind(to_turn=3)
+    with pytest.raises(ValueError, match="to_turn must be >= 0"):
+        await session.rewind(to_turn=-1)
+    with pytest.raises(TypeError, match="to_turn must be an int"):
+        await session.rewind(to_turn=None)  # type: ignore[arg-type]
+    assert await session.rewind(to_turn=2) == 0  # nothing after turn 2
+    await session.add_items([msg("staged")])
+    with pytest.raises(SessionError, match="staged changes"):
+        await session.rewind(to_turn=1)
+    with pytest.raises(SessionError, match="staged changes"):
+        await session.undo_rewind()
+    assert len(await tstore.session(sid).get_items()) == 2
+
+
+async def test_a_fork_of_a_rewound_session_copies_only_what_reads_see(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 1, 2, 1)
+    await session.rewind(to_turn=2)
+    assert await session.fork(f"{sid}-f") == 2
+    assert await tstore.session(f"{sid}-f").get_items() == await session.get_items()
+
+
+async def test_rewind_never_splits_a_tool_call_from_its_output(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    await session.add_items([msg("q")])
+    await session.commit()
+    await session.add_items([call, output, msg("a", "assistant")])
+    await session.commit()
+    await session.rewind(to_turn=1)
+    assert await session.get_items() == [msg("q")]
+    await session.undo_rewind()
+    assert await session.get_items(turns=1) == [call, output, msg("a", "assistant")]
