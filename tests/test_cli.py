@@ -391,6 +391,7 @@ COMMANDS = [
     "stats",
     "turns",
     "fork",
+    "rewind",
     "export",
     "import",
     "delete",
@@ -722,7 +723,7 @@ async def test_export_skips_a_stored_nan_row_as_corrupt_so_the_file_imports(
 # --------------------------------------------------------------------------- turns, fork
 
 
-async def test_turns_and_fork_print_turns_literally_and_fork_whole_turns(db: str) -> None:
+async def test_turns_fork_and_rewind_commands_print_literally_and_work_on_whole_turns(db: str) -> None:
     store = await open_store(db)
     try:
         session = store.session("chat")
@@ -749,3 +750,10 @@ async def test_turns_and_fork_print_turns_literally_and_fork_whole_turns(db: str
     listed = await cli("turns", "chat", "--db", db)
     assert "fork chat-edit at turn 1" in listed.out
     one_error_line(await cli("fork", "chat", "x", "--at-turn", "5", "--db", db), "at_turn")
+    hidden = await cli("rewind", "chat", "--to-turn", "1", "--db", db)
+    assert hidden.code == 0 and "session chat: 1 turn hidden" in hidden.out, hidden.err
+    assert (await history(db))["chat"] == [{"role": "user", "content": "q0"}]
+    restored = await cli("rewind", "chat", "--undo", "--json", "--db", db)
+    assert json.loads(restored.out) == {"session_id": "chat", "restored": 1}
+    assert len((await history(db))["chat"]) == 3
+    one_error_line(await cli("rewind", "chat", "--db", db), "--to-turn", "--undo")

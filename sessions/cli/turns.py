@@ -1,4 +1,4 @@
-"""``sessions turns`` and ``sessions fork``: a session's turns, and forks made from them.
+"""``sessions turns``, ``fork`` and ``rewind``: a session's turns, forks and rewinds.
 
 No postponed annotations here: typer reads the command signatures at runtime.
 """
@@ -9,9 +9,20 @@ import typer
 
 from .._turns import Turn
 from .options import Db, Json, database_url, opened
-from .render import Column, fail, iso, json_text, literal, plural, run_async, say, table
+from .render import (
+    Column,
+    UsageError,
+    fail,
+    iso,
+    json_text,
+    literal,
+    plural,
+    run_async,
+    say,
+    table,
+)
 
-__all__ = ["fork_cmd", "turns_cmd"]
+__all__ = ["fork_cmd", "rewind_cmd", "turns_cmd"]
 
 
 def _turn_json(turn: Turn) -> dict[str, Any]:
@@ -118,3 +129,49 @@ async def _fork(
         say(json_text({"session_id": new_session_id, "source": session_id, "turns": count}))
         return
     say(f"session {literal(new_session_id)} holds {plural(count, 'turn')} of {literal(session_id)}")
+
+
+def rewind_cmd(
+    ctx: typer.Context,
+    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
+    to_turn: Annotated[
+        int | None,
+        typer.Option("--to-turn", metavar="N", help="Hide the turns after turn N."),
+    ] = None,
+    undo: Annotated[
+        bool, typer.Option("--undo", help="Bring back the turns the newest rewind hid.")
+    ] = False,
+    db: Db = None,
+    as_json: Json = False,
+) -> int:
+    """Hide the turns after turn N (kept, not deleted), or undo the newest rewind.
+
+    \b
+    Example:
+      sessions rewind user-42 --to-turn 2 --db sqlite:///chat.db
+      sessions rewind user-42 --undo --db sqlite:///chat.db
+    """
+    if (to_turn is None) == (not undo):
+        raise UsageError("give exactly one of --to-turn N and --undo", "sessions rewind")
+    url = database_url(ctx, db)
+    return run_async(lambda: _rewind(url, session_id, to_turn, as_json), [url])
+
+
+async def _rewind(url: str, session_id: str, to_turn: int | None, as_json: bool) -> None:
+    async with opened(url) as store:
+        session = store.session(session_id)
+        try:
+            try:
+                if to_turn is None:
+                    count = await session.undo_rewind()
+                else:
+                    count = await session.rewind(to_turn=to_turn)
+            except ValueError as exc:
+                fail(str(exc))
+        finally:
+            await session.close()
+    what = "restored" if to_turn is None else "hidden"
+    if as_json:
+        say(json_text({"session_id": session_id, what: count}))
+        return
+    say(f"session {literal(session_id)}: {plural(count, 'turn')} {what}")
