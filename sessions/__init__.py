@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from ._backend import AdminBackend, Backend, Batch, SessionInfo
+from ._backend import AdminBackend, Backend, Batch, SessionInfo, TurnUsage
 from ._branching import Branch
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
@@ -46,6 +46,7 @@ __all__ = [
     "Store",
     "TransactionalSession",
     "Turn",
+    "TurnUsage",
     "errors",
     "open_store",
 ]

@@ -28,6 +28,7 @@ __all__ = [
     "TurnBackend",
     "TurnRecord",
     "TurnRow",
+    "TurnUsage",
 ]
 
 Row = tuple[int, str]
@@ -53,6 +54,38 @@ class RunStateChange:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """Model usage: what a run's ``result.context_wrapper.usage`` says, or a sum of it."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    """``input_tokens_details.cached_tokens``: input tokens served from the cache."""
+    reasoning_tokens: int = 0
+    """``output_tokens_details.reasoning_tokens``."""
+
+    def __add__(self, other: TurnUsage) -> TurnUsage:
+        return TurnUsage(
+            self.requests + other.requests,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def values(self) -> tuple[int, int, int, int, int]:
+        """The five counts, in field order (how backends store them)."""
+        return (
+            self.requests,
+            self.input_tokens,
+            self.output_tokens,
+            self.cached_tokens,
+            self.reasoning_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class TurnRecord:
     """The turn a batch's items make, recorded with the batch in its transaction.
 
@@ -65,6 +98,8 @@ class TurnRecord:
     """The caller's id of the run that produced the items (``session.set_run_id``)."""
     created_at: datetime | None = None
     """``None``: the commit's time. A fork copies its source turns' times."""
+    usage: TurnUsage | None = None
+    """The model usage of the run that produced the items (``session.record_usage``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +110,7 @@ class TurnRow:
     last_key: int
     created_at: datetime
     run_id: str | None
+    usage: TurnUsage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,7 +263,15 @@ class TurnBackend(Protocol):
 
     async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
         """The session's turn records ordered by ``first_key`` and the keys of its
-        stored items in order, read from one snapshot."""
+        stored items in order, read from one snapshot (hidden ones left out)."""
+        ...
+
+    async def usage_totals(
+        self, session_id: str | None, since: datetime | None
+    ) -> tuple[TurnUsage, int]:
+        """The sum of the usage of the turn records of ``session_id`` (every session's
+        when ``None``) created at or after ``since`` (all when ``None``), hidden ones
+        included, and how many turn records carried usage."""
         ...
 
 

@@ -123,6 +123,7 @@ def _batches(
                 (),
                 tuple(part),
                 tail=0 if first else None,  # the new session must hold no items yet
+                # Usage stays with the source: the tokens were spent once.
                 turn=TurnRecord(turn.run_id, turn.created_at),
                 branch=BranchRecord(source_id, len(turns)) if first else None,
             )

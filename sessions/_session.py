@@ -15,6 +15,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._backend import (
@@ -26,6 +27,7 @@ from ._backend import (
     RunStateBackend,
     TurnBackend,
     TurnRecord,
+    TurnUsage,
 )
 from ._branching import Branch, fork_history, list_branches
 from ._commit import apply_batches, interrupted_error
@@ -44,7 +46,7 @@ from ._sdk import (
 from ._serde import decode_item, decode_rows, encode_items
 from ._shield import DeadlineExceeded, shielded
 from ._staging import PendingChanges, Staging
-from ._turns import Turn, build_turns, span_of
+from ._turns import Turn, build_turns, coerce_usage, span_of
 from ._validate import (
     validate_bool,
     validate_limit,
@@ -405,6 +407,36 @@ class BufferedSession(AsyncResource):
             if to_turn is not None:
                 return len(turns) - to_turn
             return len(await self._turn_list(operation)) - len(turns)
+
+    def record_usage(self, usage: Any) -> None:
+        """Record model usage with the turn being staged (same commit, same transaction).
+
+        ``usage``: an agents ``Usage`` (``result.context_wrapper.usage``) or a
+        :class:`~sessions.TurnUsage`; requests, input, output, cached and reasoning tokens
+        are kept. Called twice for one turn, the usages add up. Needs staged items to
+        attach to (inside ``transaction()``, after the run): without any it raises
+        :class:`~sessions.errors.SessionError` (with autocommit the items are already
+        committed). Never suspends.
+        """
+        self._check_open("record_usage")
+        counts = coerce_usage(usage)
+        self._turn_support("record_usage")
+        if self._refuse_late_write("record_usage", 1):
+            return
+        if not self._staging.add_usage(counts):
+            raise SessionError(
+                f"record_usage() on session {self.session_id!r}: no staged items to record "
+                "it with (call it after the run, before the commit, without autocommit)"
+            )
+
+    async def usage(self, *, since: datetime | None = None) -> TurnUsage:
+        """The model usage recorded with this session's turns (``record_usage``), summed:
+        hidden (rewound) turns and turns whose items were popped included, forks' not;
+        only turns committed at or after ``since`` when given."""
+        self._check_open("usage")
+        backend = await self._turn_backend("usage")
+        total, _ = await backend.usage_totals(self.session_id, _utc(since, "since"))
+        return total
 
     def _refuse_staged(self, operation: str) -> None:
         if self._staging:
@@ -957,6 +989,15 @@ def _cancel_requests() -> int:
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)
     return 0 if cancelling is None else int(cancelling())
+
+
+def _utc(moment: object, name: str) -> datetime | None:
+    """``None``, or an aware ``datetime`` (a naive one is taken as UTC)."""
+    if moment is None:
+        return None
+    if not isinstance(moment, datetime):
+        raise TypeError(f"{name} must be a datetime or None, got {type(moment).__name__}")
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def _settings(value: object) -> Any:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from ._backend import Batch, RunStateChange, TurnRecord
+from ._backend import Batch, RunStateChange, TurnRecord, TurnUsage
 
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
 
@@ -73,7 +73,17 @@ RunStateWrite = tuple[str | None, str | None]
 class Stage:
     """One batch in the making."""
 
-    __slots__ = ("batch_id", "clear", "items", "pops", "run_id", "run_state", "state", "tail")
+    __slots__ = (
+        "batch_id",
+        "clear",
+        "items",
+        "pops",
+        "run_id",
+        "run_state",
+        "state",
+        "tail",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.batch_id = uuid.uuid4().hex
@@ -83,6 +93,7 @@ class Stage:
         self.tail: int | None = None
         self.run_state: RunStateWrite | None = None
         self.run_id: str | None = None
+        self.usage: TurnUsage | None = None
         self.state = StageState.OPEN
 
     def empty(self) -> bool:
@@ -95,7 +106,7 @@ class Stage:
             change = RunStateChange(text, expect_version, label)
         tail = None if self.clear else self.tail
         pops, items = tuple(self.pops), tuple(self.items)
-        turn = TurnRecord(self.run_id) if items else None
+        turn = TurnRecord(self.run_id, usage=self.usage) if items else None
         return Batch(self.batch_id, self.clear, pops, items, tail=tail, run_state=change, turn=turn)
 
     def absorb(self, later: Stage) -> None:
@@ -113,6 +124,8 @@ class Stage:
             self.run_state = later.run_state
         if self.run_id is None:
             self.run_id = later.run_id
+        if later.usage is not None:
+            self.usage = later.usage if self.usage is None else self.usage + later.usage
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -158,6 +171,16 @@ class Staging:
             if stage.run_id is None:
                 stage.run_id = self.run_id
             stage.items.extend(texts)
+
+    @_atomic
+    def add_usage(self, usage: TurnUsage) -> bool:
+        """Add ``usage`` to the turn being staged; ``False`` if no items are staged in
+        the stage that takes writes (nothing to attach it to)."""
+        stage = self._writable()
+        if not stage.items:
+            return False
+        stage.usage = usage if stage.usage is None else stage.usage + usage
+        return True
 
     @_atomic
     def clear(self) -> None:

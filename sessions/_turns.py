@@ -22,9 +22,9 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from ._backend import TurnRow
+from ._backend import TurnRow, TurnUsage
 
-__all__ = ["Turn", "build_turns", "span_of"]
+__all__ = ["Turn", "build_turns", "coerce_usage", "span_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,8 @@ class Turn:
     """The run id given with ``set_run_id()`` when its items were staged."""
     pending: bool = False
     """``True``: the staged, uncommitted items (always the last turn)."""
+    usage: TurnUsage | None = None
+    """The model usage recorded with it (``record_usage()``), if any."""
 
 
 def build_turns(
@@ -86,6 +88,7 @@ def _stored(records: Sequence[TurnRow], keys: Sequence[int]) -> list[Turn]:
             count,
             None if record is None else record.created_at,
             None if record is None else record.run_id,
+            usage=None if record is None else record.usage,
         )
         for number, (record, first, last, count) in enumerate(spans, start=1)
     ]
@@ -100,3 +103,33 @@ def span_of(turns: Sequence[Turn]) -> tuple[int, int, int] | None:
     first, last = stored[0].first_key, stored[-1].last_key
     assert first is not None and last is not None
     return first, last, sum(turn.items for turn in stored)
+
+
+_USAGE_FIELDS = (
+    ("requests", "requests", None),
+    ("input_tokens", "input_tokens", None),
+    ("output_tokens", "output_tokens", None),
+    ("cached_tokens", "input_tokens_details", "cached_tokens"),
+    ("reasoning_tokens", "output_tokens_details", "reasoning_tokens"),
+)
+
+
+def coerce_usage(value: object) -> TurnUsage:
+    """A :class:`TurnUsage` from itself or from an agents ``Usage``
+    (``result.context_wrapper.usage``); anything else is a ``TypeError``."""
+    if isinstance(value, TurnUsage):
+        counts: list[object] = list(value.values())
+    else:
+        counts = []
+        for _, attribute, detail in _USAGE_FIELDS:
+            part = getattr(value, attribute, None)
+            if detail is not None:
+                part = 0 if part is None else getattr(part, detail, None)
+            counts.append(part)
+    for (name, _, _), count in zip(_USAGE_FIELDS, counts, strict=True):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise TypeError(
+                f"usage must be an agents Usage or a TurnUsage (got {type(value).__name__} "
+                f"whose {name} is {count!r}, not an int >= 0)"
+            )
+    return TurnUsage(*(int(count) for count in counts))  # type: ignore[call-overload]

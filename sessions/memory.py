@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow
+from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow, TurnUsage
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -139,7 +139,7 @@ def _applied(
             fork_of = (batch.branch.source_id, batch.branch.at_turn, now)
         if batch.turn is not None and batch.items:
             at = now if batch.turn.created_at is None else batch.turn.created_at
-            turns.append(TurnRow(first, next_key - 1, at, batch.turn.run_id))
+            turns.append(TurnRow(first, next_key - 1, at, batch.turn.run_id, batch.turn.usage))
         done[batch.batch_id] = now
         updated = max(updated, now)
         if batch.restore_times is not None:  # a restore (import): the export's times
@@ -204,6 +204,21 @@ class MemoryBackend:
         await asyncio.sleep(0)
         history = self._sessions.get(session_id)
         return ([], []) if history is None else (list(history.turns), list(history.rows))
+
+    async def usage_totals(
+        self, session_id: str | None, since: datetime | None
+    ) -> tuple[TurnUsage, int]:
+        """Usage of the turn records (hidden ones included), summed."""
+        await asyncio.sleep(0)
+        total, count = TurnUsage(), 0
+        for sid, history in self._sessions.items():
+            if session_id is not None and sid != session_id:
+                continue
+            records = [*history.turns, *(t for _, t in history.hidden.turns)]
+            for t in records:
+                if t.usage is not None and (since is None or t.created_at >= since):
+                    total, count = total + t.usage, count + 1
+        return total, count
 
     async def load_branches(self, source_id: str) -> list[BranchRow]:
         """The sessions forked from ``source_id``, oldest fork first."""

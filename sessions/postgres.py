@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow
+from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow, TurnUsage
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._redact import redact
 from ._session import BufferedSession
@@ -112,6 +112,12 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " created_at timestamptz NOT NULL,"
             " run_id text,"
             " hidden_by bigint,"  # the rewind that hid it (session.rewind), else NULL
+            # Model usage of the turn's run (session.record_usage); NULL: none recorded.
+            " requests bigint,"
+            " input_tokens bigint,"
+            " output_tokens bigint,"
+            " cached_tokens bigint,"
+            " reasoning_tokens bigint,"
             " PRIMARY KEY (session_id, first_seq))",
             # Items hidden by a rewind (kept for undo_rewind), with the rewind's number.
             "CREATE TABLE IF NOT EXISTS {hidden} ("
@@ -141,7 +147,8 @@ _SQL_VERSION_TABLE = (
 
 # The common commit: one batch of items only, one statement, one round trip.
 # $1 session_id, $2 batch_id, $3 items text[], $4 item count, then the turn record
-# (Batch.turn): $5 whether there is one, $6 its run id, $7 its time (NULL: now()). now() is when the
+# (Batch.turn): $5 whether there is one, $6 its run id, $7 its time (NULL: now()), $8-$12
+# its usage (NULL: none). now() is when the
 # transaction started; a commit that started earlier but got the row later must not move
 # updated_at back, hence GREATEST (here and in _SQL_BATCH).
 _SQL_APPEND = """
@@ -159,8 +166,10 @@ WITH b AS (
         next_seq = t.next_seq + excluded.item_count
     RETURNING t.next_seq - $4::bigint AS base
 ), r AS (
-    INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id)
-    SELECT $1, s.base, s.base + $4::bigint - 1, coalesce($7::timestamptz, now()), $6::text
+    INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id,
+                         requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens)
+    SELECT $1, s.base, s.base + $4::bigint - 1, coalesce($7::timestamptz, now()), $6::text,
+           $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::bigint
     FROM s WHERE $5::boolean AND $4::bigint > 0
 )
 INSERT INTO {items} (session_id, seq, batch_id, data)
@@ -178,7 +187,7 @@ RETURNING next_seq
 
 # The general commit, one statement per batch, after the lock (fresh snapshot).
 # $1 session_id, $2 batch_id, $3 clear, $4 pops bigint[], $5 items text[], $6 item count,
-# $7-$9 the turn record as $5-$7 of _SQL_APPEND. A clear removes the turn records too (the
+# $7-$14 the turn record as $5-$12 of _SQL_APPEND. A clear removes the turn records too (the
 # statement's snapshot does not see the new record, so it stays).
 _SQL_BATCH = """
 WITH b AS (
@@ -209,8 +218,10 @@ WITH b AS (
 ), dh AS (
     DELETE FROM {hidden} WHERE session_id = $1 AND $3::boolean AND EXISTS (SELECT 1 FROM b)
 ), r AS (
-    INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id)
-    SELECT $1, s.base, s.base + $6::bigint - 1, coalesce($9::timestamptz, now()), $8::text
+    INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id,
+                         requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens)
+    SELECT $1, s.base, s.base + $6::bigint - 1, coalesce($9::timestamptz, now()), $8::text,
+           $10::bigint, $11::bigint, $12::bigint, $13::bigint, $14::bigint
     FROM s WHERE $7::boolean AND $6::bigint > 0
 )
 SELECT (SELECT count(*) FROM b) AS recorded, (SELECT count(*) FROM d) AS removed
@@ -360,6 +371,13 @@ _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
 _SQL_TURNS_DELETE = "DELETE FROM {turns} WHERE session_id = $1"
 _SQL_BRANCHES_DELETE = "DELETE FROM {branches} WHERE source_id = $1 OR session_id = $1"
 _SQL_HIDDEN_DELETE = "DELETE FROM {hidden} WHERE session_id = $1"
+_SQL_USAGE = (
+    "SELECT coalesce(sum(requests), 0), coalesce(sum(input_tokens), 0), "
+    "coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0), "
+    "coalesce(sum(reasoning_tokens), 0), count(requests) FROM {turns} "
+    "WHERE requests IS NOT NULL AND ($1::text IS NULL OR session_id = $1) "
+    "AND ($2::timestamptz IS NULL OR created_at >= $2)"
+)
 # Rewinds (Batch.rewind), in the general commit's transaction. $1 session_id, $2 the
 # rewind number, $3 the key to hide after.
 _SQL_REWIND_NO = "SELECT max(rewind_no) FROM {hidden} WHERE session_id = $1"
@@ -404,7 +422,8 @@ _SQL_BRANCHES_LOAD = (
 # Turn records and item keys of one session, from one snapshot (one statement).
 _SQL_TURNS_LOAD = (
     "SELECT array(SELECT seq FROM {items} WHERE session_id = $1 ORDER BY seq), "
-    "array(SELECT row(first_seq, last_seq, created_at, run_id) FROM {turns} "
+    "array(SELECT row(first_seq, last_seq, created_at, run_id, requests, input_tokens, "
+    "output_tokens, cached_tokens, reasoning_tokens) FROM {turns} "
     "WHERE session_id = $1 AND hidden_by IS NULL ORDER BY first_seq)"
 )
 
@@ -422,6 +441,7 @@ class _ExtraSql:
     branch: str
     branches_load: str
     hidden_delete: str
+    usage: str
     rewind_no: str
     hide: str
     unhide_blocked: str
@@ -442,6 +462,7 @@ class _ExtraSql:
             branch=s(_SQL_BRANCH),
             branches_load=s(_SQL_BRANCHES_LOAD),
             hidden_delete=s(_SQL_HIDDEN_DELETE),
+            usage=s(_SQL_USAGE),
             rewind_no=s(_SQL_REWIND_NO),
             hide=s(_SQL_HIDE),
             unhide_blocked=s(_SQL_UNHIDE_BLOCKED),
@@ -596,10 +617,13 @@ class _Grouper:
         return GroupCommitStats(self.transactions, self.commits, self.largest, self.isolated)
 
 
-def _turn_args(batch: Batch) -> tuple[bool, str | None, datetime | None]:
+def _turn_args(batch: Batch) -> tuple[Any, ...]:
     """The turn-record parameters of the append and batch statements."""
     turn = batch.turn
-    return (False, None, None) if turn is None else (True, turn.run_id, turn.created_at)
+    if turn is None:
+        return (False, None, None, None, None, None, None, None)
+    counts = (None,) * 5 if turn.usage is None else turn.usage.values()
+    return (True, turn.run_id, turn.created_at, *counts)
 
 
 def _group_args(group: Sequence[_Entry]) -> list[tuple[Any, ...]]:
@@ -1000,7 +1024,20 @@ class PostgresBackend:
     async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
         rows = await self._fetch("read", self._extra_sql.turns_load, session_id)
         keys, records = rows[0]
-        return [TurnRow(*record) for record in records], list(keys)
+        turns = [
+            TurnRow(r[0], r[1], r[2], r[3], None if r[4] is None else TurnUsage(*r[4:]))
+            for r in records
+        ]
+        return turns, list(keys)
+
+    async def usage_totals(
+        self, session_id: str | None, since: datetime | None
+    ) -> tuple[TurnUsage, int]:
+        if since is not None and since.tzinfo is None:
+            since = since.replace(tzinfo=timezone.utc)
+        rows = await self._fetch("read", self._extra_sql.usage, session_id, since)
+        row = rows[0]
+        return TurnUsage(*(int(value) for value in row[:5])), int(row[5])
 
     async def load_branches(self, source_id: str) -> list[BranchRow]:
         rows = await self._fetch("read", self._extra_sql.branches_load, source_id)

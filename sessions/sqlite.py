@@ -19,11 +19,11 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
-from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow
+from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow, TurnUsage
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -94,6 +94,12 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " created_at REAL NOT NULL,"
             " run_id TEXT,"
             " hidden_by INTEGER,"  # the rewind that hid it (session.rewind), else NULL
+            # Model usage of the turn's run (session.record_usage); NULL: none recorded.
+            " requests INTEGER,"
+            " input_tokens INTEGER,"
+            " output_tokens INTEGER,"
+            " cached_tokens INTEGER,"
+            " reasoning_tokens INTEGER,"
             " PRIMARY KEY (session_id, first_seq)"
             ") WITHOUT ROWID",
             # Items hidden by a rewind (kept for undo_rewind), with the rewind's number.
@@ -124,12 +130,13 @@ _SQL_RECORD_BATCH = (
 _SQL_CLEAR = "DELETE FROM txs_items WHERE session_id = ?"
 _SQL_CLEAR_TURNS = "DELETE FROM txs_turns WHERE session_id = ?"
 _SQL_CLEAR_HIDDEN = "DELETE FROM txs_hidden_items WHERE session_id = ?"
+_USAGE_COLUMNS = "requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens"
 _SQL_TURN = (
-    "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id) "
-    "VALUES (?, ?, ?, ?, ?)"
+    f"INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id, "
+    f"{_USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _SQL_LOAD_TURNS = (
-    "SELECT first_seq, last_seq, created_at, run_id FROM txs_turns "
+    f"SELECT first_seq, last_seq, created_at, run_id, {_USAGE_COLUMNS} FROM txs_turns "
     "WHERE session_id = ? AND hidden_by IS NULL ORDER BY first_seq"
 )
 _SQL_LOAD_KEYS = "SELECT seq FROM txs_items WHERE session_id = ? ORDER BY seq"
@@ -196,7 +203,10 @@ def _apply_batches(
             )
             if batch.turn is not None:
                 at = now if batch.turn.created_at is None else batch.turn.created_at.timestamp()
-                conn.execute(_SQL_TURN, (session_id, base, base + n - 1, at, batch.turn.run_id))
+                counts = (None,) * 5 if batch.turn.usage is None else batch.turn.usage.values()
+                conn.execute(
+                    _SQL_TURN, (session_id, base, base + n - 1, at, batch.turn.run_id, *counts)
+                )
         if not batch.plain:
             _apply_extras(conn, session_id, batch, now)
 
@@ -408,8 +418,14 @@ def _load_turns(conn: sqlite3.Connection, session_id: str) -> tuple[list[TurnRow
     conn.execute("BEGIN")  # one snapshot for both reads
     try:
         records = [
-            TurnRow(first, last, datetime.fromtimestamp(at, timezone.utc), run_id)
-            for first, last, at, run_id in conn.execute(_SQL_LOAD_TURNS, (session_id,))
+            TurnRow(
+                row[0],
+                row[1],
+                datetime.fromtimestamp(row[2], timezone.utc),
+                row[3],
+                None if row[4] is None else TurnUsage(*row[4:]),
+            )
+            for row in conn.execute(_SQL_LOAD_TURNS, (session_id,))
         ]
         keys = [key for (key,) in conn.execute(_SQL_LOAD_KEYS, (session_id,))]
     finally:
@@ -467,7 +483,9 @@ def _applied(conn: sqlite3.Connection, session_id: str, batch_ids: Sequence[str]
     return {row[0] for row in rows}
 
 
-def _query(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+def _query(
+    conn: sqlite3.Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]
+) -> list[Any]:
     return conn.execute(sql, params).fetchall()
 
 
@@ -592,6 +610,19 @@ class SQLiteBackend:
 
     async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
         return await self._run("read", _load_turns, session_id)
+
+    async def usage_totals(
+        self, session_id: str | None, since: datetime | None
+    ) -> tuple[TurnUsage, int]:
+        sums = ", ".join(f"coalesce(sum({c}), 0)" for c in _USAGE_COLUMNS.split(", "))
+        sql = f"SELECT {sums}, count(requests) FROM txs_turns WHERE requests IS NOT NULL"
+        params: dict[str, Any] = {}
+        if session_id is not None:
+            sql, params["s"] = sql + " AND session_id = :s", session_id
+        if since is not None:
+            sql, params["t"] = sql + " AND created_at >= :t", since.timestamp()
+        (row,) = await self._run("read", _query, sql, params)
+        return TurnUsage(*row[:5]), row[5]
 
     async def load_branches(self, source_id: str) -> list[BranchRow]:
         rows = await self._run("read", _query, _SQL_LOAD_BRANCHES, (source_id,))

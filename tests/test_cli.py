@@ -723,7 +723,9 @@ async def test_export_skips_a_stored_nan_row_as_corrupt_so_the_file_imports(
 # --------------------------------------------------------------------------- turns, fork
 
 
-async def test_turns_fork_and_rewind_commands_print_literally_and_work_on_whole_turns(db: str) -> None:
+async def test_turns_fork_and_rewind_commands_print_literally_and_work_on_whole_turns(
+    db: str,
+) -> None:
     store = await open_store(db)
     try:
         session = store.session("chat")

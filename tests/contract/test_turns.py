@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agents import Agent, RunConfig, Runner
 
-from sessions import MemoryStore, SQLiteStore, Store, TransactionalSession, Turn
+from sessions import MemoryStore, SQLiteStore, Store, TransactionalSession, Turn, TurnUsage
 from sessions.errors import CommitConflictError, CommitError, SessionError
 from sessions.sqlite import MIGRATIONS
 from tests.conftest import BACKENDS, Target, make_target
@@ -229,7 +229,7 @@ async def test_a_sqlite_file_from_schema_version_2_reads_its_history_as_one_turn
         await store.close()
 
 
-async def test_a_commit_the_database_rejects_records_no_turn_and_the_retry_records_one(
+async def test_a_commit_the_database_rejects_records_no_turn_nor_usage_and_the_retry_does(
     store: Store[Any], target: Target, sid: str
 ) -> None:
     session = store.session(sid)
@@ -237,14 +237,17 @@ async def test_a_commit_the_database_rejects_records_no_turn_and_the_retry_recor
     await raw.add_poison_trigger(target, sid)
     try:
         await session.add_items([msg("fine"), msg("poison")])
+        session.record_usage(TurnUsage(1, 5, 5, 0, 0))
         with pytest.raises(CommitError):
             await session.commit()
         assert shape(await store.session(sid).turns()) == [(1, 1, None, False)]
+        assert await session.usage() == TurnUsage()
     finally:
         await raw.drop_poison_trigger(target)
     await session.commit()
     await session.commit()  # nothing staged: nothing more
     assert shape(await store.session(sid).turns()) == [(1, 1, None, False), (2, 2, None, False)]
+    assert await session.usage() == TurnUsage(1, 5, 5, 0, 0)
 
 
 async def test_concurrent_commits_of_many_sessions_each_record_their_own_turn(
@@ -527,3 +530,94 @@ async def test_rewind_never_splits_a_tool_call_from_its_output(
     assert await session.get_items() == [msg("q")]
     await session.undo_rewind()
     assert await session.get_items(turns=1) == [call, output, msg("a", "assistant")]
+
+
+# ---------------------------------------------------------------- usage per turn (issue 15)
+
+
+def usage_of(requests: int, tokens: int) -> TurnUsage:
+    return TurnUsage(requests, tokens, tokens // 2, tokens // 4, tokens // 8)
+
+
+async def test_usage_is_recorded_with_its_turn_and_summed_per_session_and_store(
+    tstore: Store[Any], sid: str
+) -> None:
+    before = datetime.now(timezone.utc)
+    session = tstore.session(sid)
+    await session.add_items([msg("q1")])
+    session.record_usage(usage_of(1, 80))
+    session.record_usage(usage_of(1, 16))  # twice for one turn: added up
+    await session.commit()
+    await commit_turns(session, 1)  # a turn without usage
+    other = tstore.session(f"{sid}-other")
+    await other.add_items([msg("q")])
+    other.record_usage(usage_of(2, 800))
+    await other.commit()
+    turns = await tstore.session(sid).turns()
+    assert [t.usage for t in turns] == [usage_of(1, 80) + usage_of(1, 16), None]
+    assert await session.usage() == usage_of(2, 96)
+    assert await session.usage(since=datetime.now(timezone.utc) + timedelta(hours=1)) == (
+        TurnUsage()
+    )
+    total = await tstore.usage(since=before - timedelta(seconds=5))
+    assert total.requests >= 4 and total.input_tokens >= 896  # other tests' sessions too
+    assert await tstore.usage(since=datetime.now(timezone.utc) + timedelta(hours=1)) == (
+        TurnUsage()
+    )
+
+
+async def test_a_rollback_drops_the_staged_usage(tstore: Store[Any], sid: str) -> None:
+    session = tstore.session(sid)
+    await session.add_items([msg("q")])
+    session.record_usage(usage_of(1, 10))
+    await session.rollback()
+    assert await session.usage() == TurnUsage()
+    await session.add_items([msg("q")])
+    session.record_usage(usage_of(1, 10))
+    await session.commit()
+    assert await session.usage() == usage_of(1, 10)
+
+
+async def test_rewound_turns_still_count_and_forks_do_not_copy_usage(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    for n in range(2):
+        await session.add_items([msg(f"q{n}")])
+        session.record_usage(usage_of(1, 100))
+        await session.commit()
+    await session.rewind(to_turn=1)
+    assert await session.usage() == usage_of(1, 100) + usage_of(1, 100)
+    await session.fork(f"{sid}-f")
+    assert await tstore.session(f"{sid}-f").usage() == TurnUsage()
+
+
+async def test_record_usage_needs_staged_items_and_a_usage(tstore: Store[Any], sid: str) -> None:
+    session = tstore.session(sid)
+    with pytest.raises(SessionError, match="no staged items"):
+        session.record_usage(usage_of(1, 1))
+    await session.add_items([msg("q")])
+    with pytest.raises(TypeError, match="usage must be an agents Usage or a TurnUsage"):
+        session.record_usage({"requests": 1})
+    with pytest.raises(TypeError, match="input_tokens is -1"):
+        session.record_usage(TurnUsage(1, -1))
+    with pytest.raises(TypeError, match="since must be a datetime"):
+        await session.usage(since="yesterday")  # type: ignore[arg-type]
+
+
+async def test_a_runs_usage_from_the_sdk_is_stored_with_its_turn(
+    tstore: Store[Any], sid: str
+) -> None:
+    model = ScriptedModel([[assistant_message("hello")]])
+    agent = Agent(name="a", model=model)
+    session = tstore.session(sid)
+    async with session.transaction():
+        result = await Runner.run(
+            agent, "hi", session=session, run_config=RunConfig(tracing_disabled=True)
+        )
+        session.record_usage(result.context_wrapper.usage)
+    sdk = result.context_wrapper.usage
+    (turn,) = await session.turns()
+    assert turn.usage is not None and turn.usage.requests == sdk.requests >= 1
+    assert turn.usage.input_tokens == sdk.input_tokens
+    assert turn.usage.output_tokens == sdk.output_tokens
