@@ -392,6 +392,7 @@ COMMANDS = [
     "turns",
     "fork",
     "rewind",
+    "usage",
     "export",
     "import",
     "delete",
@@ -759,3 +760,26 @@ async def test_turns_fork_and_rewind_commands_print_literally_and_work_on_whole_
     assert json.loads(restored.out) == {"session_id": "chat", "restored": 1}
     assert len((await history(db))["chat"]) == 3
     one_error_line(await cli("rewind", "chat", "--db", db), "--to-turn", "--undo")
+
+
+async def test_usage_sums_recorded_usage_per_session_and_store_as_text_and_json(db: str) -> None:
+    from sessions import TurnUsage
+
+    store = await open_store(db)
+    try:
+        for session_id, tokens in (("a", 100), ("b", 1000)):
+            session = store.session(session_id)
+            await session.add_items([{"role": "user", "content": "q"}])
+            session.record_usage(TurnUsage(1, tokens, tokens // 10, 0, 0))
+            await session.commit()
+    finally:
+        await store.close()
+    one = await cli("usage", "a", "--json", "--db", db)
+    assert one.code == 0, one.err
+    assert json.loads(one.out)["input_tokens"] == 100
+    every = await cli("usage", "--since", "1d", "--json", "--db", db)
+    body = json.loads(every.out)
+    assert body["requests"] == 2 and body["input_tokens"] == 1100 and body["session_id"] is None
+    text = await cli("usage", "--db", db)
+    assert "input tokens" in text.out and "1,100" in text.out
+    one_error_line(await cli("usage", "--since", "soon", "--db", db), "--since")

@@ -14,7 +14,7 @@ from .maintenance import delete_cmd, migrate_cmd, purge_cmd
 from .options import ENV_URL, Globals
 from .render import CliError, exit_code
 from .transfer import export_cmd, import_cmd
-from .turns import fork_cmd, rewind_cmd, turns_cmd
+from .turns import fork_cmd, rewind_cmd, turns_cmd, usage_cmd
 
 __all__ = ["build_app", "run"]
 
@@ -34,6 +34,7 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "turns": turns_cmd,
     "fork": fork_cmd,
     "rewind": rewind_cmd,
+    "usage": usage_cmd,
     "export": export_cmd,
     "import": import_cmd,
     "delete": delete_cmd,

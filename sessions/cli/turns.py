@@ -1,13 +1,16 @@
-"""``sessions turns``, ``fork`` and ``rewind``: a session's turns, forks and rewinds.
+"""``sessions turns``, ``fork``, ``rewind`` and ``usage``: turns, forks, rewinds, usage.
 
 No postponed annotations here: typer reads the command signatures at runtime.
 """
 
+from datetime import datetime, timezone
 from typing import Annotated, Any
 
 import typer
 
+from .._backend import TurnUsage
 from .._turns import Turn
+from .maintenance import parse_duration
 from .options import Db, Json, database_url, opened
 from .render import (
     Column,
@@ -22,7 +25,7 @@ from .render import (
     table,
 )
 
-__all__ = ["fork_cmd", "rewind_cmd", "turns_cmd"]
+__all__ = ["fork_cmd", "rewind_cmd", "turns_cmd", "usage_cmd"]
 
 
 def _turn_json(turn: Turn) -> dict[str, Any]:
@@ -175,3 +178,54 @@ async def _rewind(url: str, session_id: str, to_turn: int | None, as_json: bool)
         say(json_text({"session_id": session_id, what: count}))
         return
     say(f"session {literal(session_id)}: {plural(count, 'turn')} {what}")
+
+
+_USAGE_NAMES = ("requests", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")
+
+
+def usage_cmd(
+    ctx: typer.Context,
+    session_id: Annotated[
+        str | None, typer.Argument(metavar="[ID]", help="One session (default: all).")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option("--since", metavar="AGE", help="Only turns of the last AGE (30d, 12h)."),
+    ] = None,
+    db: Db = None,
+    as_json: Json = False,
+) -> int:
+    """Model usage recorded with the turns (record_usage), of one session or all.
+
+    \b
+    Example:
+      sessions usage user-42 --db sqlite:///chat.db
+      sessions usage --since 30d --json --db sqlite:///chat.db
+    """
+    cutoff = None
+    if since is not None:
+        cutoff = datetime.now(timezone.utc) - parse_duration(since, "--since", "sessions usage")
+    url = database_url(ctx, db)
+    return run_async(lambda: _usage(url, session_id, cutoff, as_json), [url])
+
+
+async def _usage(url: str, session_id: str | None, since: datetime | None, as_json: bool) -> None:
+    total: TurnUsage
+    async with opened(url) as store:
+        if session_id is None:
+            total = await store.usage(since=since)
+        else:
+            session = store.session(session_id)
+            try:
+                total = await session.usage(since=since)
+            finally:
+                await session.close()
+    counts = dict(zip(_USAGE_NAMES, total.values(), strict=True))
+    if as_json:
+        scope = {"session_id": session_id, "since": None if since is None else iso(since)}
+        say(json_text({**scope, **counts}, indent=2))
+        return
+    table(
+        (Column("USAGE"), Column("TOTAL", right=True)),
+        ((name.replace("_", " "), f"{count:,}") for name, count in counts.items()),
+    )
