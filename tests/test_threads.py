@@ -232,6 +232,7 @@ async def test_a_store_used_from_another_loop_refuses_at_once_naming_both_loops(
         await place.close_all()
     assert "from event loop" in message and "belongs to event loop" in message
     assert f"{id(asyncio.get_running_loop()):#x}" in message
+    assert message.startswith(f"get_items() on session {sid!r} on "), message  # one "()"
 
 
 async def test_a_private_in_memory_session_refuses_a_second_loop(sid: str) -> None:
