@@ -33,6 +33,7 @@ from ._branching import Branch, fork_history, list_branches
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
 from ._locks import CrossLoopLock
+from ._observe import observed_load
 from ._owned import OwnedStores
 from ._policy import DEFAULT_COMMIT_TIMEOUT
 from ._resource import AsyncResource
@@ -908,7 +909,7 @@ class BufferedSession(AsyncResource):
         backend = await self._backend("get_items")
         fetch = None if need is None else need + len(exclude)
         while True:
-            rows = await backend.load(self.session_id, fetch)
+            rows = await observed_load(backend, self.session_id, fetch)
             kept = [row for row in rows if row[0] not in exclude] if exclude else rows
             keys, values = decode_rows(kept, self.session_id)
             if need is None:

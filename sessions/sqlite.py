@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow, TurnUsage
+from ._observe import HOOK
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -530,6 +531,7 @@ class SQLiteBackend:
 
     atomic = True
     idempotent = True
+    system = "sqlite"
 
     def __init__(self, worker: Worker, path: str) -> None:
         self._worker = worker
@@ -593,6 +595,10 @@ class SQLiteBackend:
             index = 0
             self._worker.submit(group)
         outcome = await asyncio.shield(group.done)
+        if index == 0 and not isinstance(outcome, BaseException):
+            observer = HOOK.observer
+            if observer is not None:
+                observer.group(self.system, len(outcome))
         error = outcome if isinstance(outcome, BaseException) else outcome[index]
         if error is None:
             return
