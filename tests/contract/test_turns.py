@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -621,3 +622,45 @@ async def test_a_runs_usage_from_the_sdk_is_stored_with_its_turn(
     assert turn.usage is not None and turn.usage.requests == sdk.requests >= 1
     assert turn.usage.input_tokens == sdk.input_tokens
     assert turn.usage.output_tokens == sdk.output_tokens
+
+
+async def test_commits_sharing_one_group_transaction_each_record_their_own_turn(
+    store: Store[Any], target: Target
+) -> None:
+    """Group commit formed for certain (the write lock held meanwhile, as in
+    test_group_commit.py): one transaction, and still one turn per commit, with its own
+    range, run id and usage; three writers of one session make three turns."""
+    from tests.contract.proxy import install_proxy
+    from tests.contract.test_group_commit import EARLY, transactions_of, until, writes_held
+
+    run = uuid.uuid4().hex[:8]
+    early = [f"t-{run}-early-{i}" for i in range(EARLY)]
+    good = [f"t-{run}-good-{i}" for i in range(3)]
+    shared = f"t-{run}-shared"
+    proxy = install_proxy(store)
+    sessions = [store.session(sid) for sid in early + good]
+    writers = [store.session(shared) for _ in range(3)]
+    for n, session in enumerate(sessions + writers):
+        session.set_run_id(f"r{n}")
+        await session.add_items([msg(f"{n}.{i}") for i in range(n % 3 + 1)])
+        session.record_usage(TurnUsage(1, n, 0, 0, 0))
+    everyone = sessions + writers
+    async with writes_held(target):
+        tasks = [asyncio.ensure_future(s.commit()) for s in everyone]
+        await until(lambda: proxy.apply_calls == len(tasks), "every commit reached the backend")
+    await asyncio.gather(*tasks)
+    assert await transactions_of(target, [*good, shared]) == 1
+    for n, session in enumerate(sessions):
+        (turn,) = await store.session(session.session_id).turns()
+        assert (turn.items, turn.run_id) == (n % 3 + 1, f"r{n}")
+        assert turn.usage == TurnUsage(1, n, 0, 0, 0)
+    turns = await store.session(shared).turns()
+    assert sorted(t.run_id or "" for t in turns) == sorted(
+        f"r{len(sessions) + k}" for k in range(3)
+    )
+    items = await store.session(shared).get_items()
+    for turn in turns:  # each writer's turn covers exactly its own items
+        n = int((turn.run_id or "r0")[1:])
+        start = items.index(msg(f"{n}.0"))
+        assert items[start : start + turn.items] == [msg(f"{n}.{i}") for i in range(turn.items)]
+        assert turn.items == n % 3 + 1
