@@ -291,7 +291,7 @@ async def test_set_run_id_refuses_what_is_not_a_short_string(tstore: Store[Any],
     assert session.run_id is None
 
 
-async def test_a_wrapped_sdk_session_refuses_turns(tmp_path: Path) -> None:
+async def test_a_wrapped_sdk_session_refuses_turns_forks_rewinds_and_usage(tmp_path: Path) -> None:
     from agents import SQLiteSession as SDKSQLiteSession
 
     session = TransactionalSession(SDKSQLiteSession("w", str(tmp_path / "sdk.db")))
@@ -304,6 +304,15 @@ async def test_a_wrapped_sdk_session_refuses_turns(tmp_path: Path) -> None:
             await session.get_items(turns=1)
         with pytest.raises(SessionError, match="does not record turns"):
             session.set_run_id("r")
+        with pytest.raises(SessionError, match="does not record turns"):
+            session.record_usage(TurnUsage(1))
+        with pytest.raises(SessionError, match="does not record turns"):
+            await session.usage()
+        with pytest.raises(SessionError, match="cannot fork"):
+            await session.fork("w2")
+        with pytest.raises(SessionError, match="cannot rewind"):
+            await session.rewind(to_turn=0)
+        assert await session.get_items() == [msg("x")]
     finally:
         await session.close()
 
