@@ -1098,16 +1098,20 @@ class PostgresBackend:
         """``FROM ... WHERE ...`` of a catalogue listing, and its parameters."""
         sql = f"FROM {self._names.table('sessions')} AS s"
         params: list[Any] = ["" if after is None else after]
-        if where.tag is not None:
+        tags = self._names.table("session_tags")
+        if where.tag is not None and where.user_id is None:  # walk the tag's pairs
             params.append(where.tag)
-            sql += (
-                f" JOIN {self._names.table('session_tags')} AS t "
-                f"ON t.session_id = s.session_id AND t.tag = ${len(params)}"
-            )
+            sql += f" JOIN {tags} AS t ON t.session_id = s.session_id AND t.tag = ${len(params)}"
         sql += " WHERE s.session_id > $1"
-        if where.user_id is not None:
+        if where.user_id is not None:  # walk the user's index; a tag is probed per row
             params.append(where.user_id)
             sql += f" AND s.user_id = ${len(params)}"
+            if where.tag is not None:
+                params.append(where.tag)
+                sql += (
+                    f" AND EXISTS (SELECT 1 FROM {tags} AS t"
+                    f" WHERE t.tag = ${len(params)} AND t.session_id = s.session_id)"
+                )
         if where.updated_after is not None:
             params.append(where.updated_after)
             sql += f" AND s.updated_at > ${len(params)}"

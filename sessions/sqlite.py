@@ -498,14 +498,18 @@ def _load_versioned(
 def _where(where: SessionFilter, after: str | None) -> tuple[str, dict[str, Any]]:
     """``FROM ... WHERE ...`` of a catalogue listing, and its parameters."""
     sql = "FROM txs_sessions AS s"
-    params: dict[str, Any] = {"after": "" if after is None else after}
-    if where.tag is not None:
+    params: dict[str, Any] = {"after": "" if after is None else after, "tag": where.tag}
+    if where.tag is not None and where.user_id is None:  # walk the tag's pairs
         sql += " JOIN txs_session_tags AS t ON t.session_id = s.session_id AND t.tag = :tag"
-        params["tag"] = where.tag
     sql += " WHERE s.session_id > :after"
-    if where.user_id is not None:
+    if where.user_id is not None:  # walk the user's index; a tag is probed per row
         sql += " AND s.user_id = :user"
         params["user"] = where.user_id
+        if where.tag is not None:
+            sql += (
+                " AND EXISTS (SELECT 1 FROM txs_session_tags AS t"
+                " WHERE t.tag = :tag AND t.session_id = s.session_id)"
+            )
     if where.updated_after is not None:
         sql += " AND s.updated_at > :updated"
         params["updated"] = where.updated_after.timestamp()

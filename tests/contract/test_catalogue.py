@@ -4,6 +4,7 @@ counts, versions and commit(expected_version=), TTL purge, delete_user (docs/cat
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -374,13 +375,20 @@ async def test_session_tables_name_every_table_with_a_session_id_column(
             "SELECT group_concat(m.name) FROM sqlite_master AS m, pragma_table_info(m.name) AS c "
             "WHERE m.type = 'table' AND c.name = 'session_id'",
         )
+        expected = _session_tables(target)
     else:
+        from sessions import postgres
+
+        prefix = f"c{uuid.uuid4().hex[:10]}_"  # tables of this test's own in the shared schema
+        await target.open(table_prefix=prefix)
         names = await raw.fetch_value(
             target,
             "SELECT string_agg(table_name, ',') FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND column_name = 'session_id'",
+            "WHERE table_schema = current_schema() AND column_name = 'session_id' "
+            f"AND table_name LIKE '{prefix}%'",
         )
-    assert sorted(names.split(",")) == sorted(_session_tables(target))
+        expected = [f"{prefix}{name}" for name in ("sessions", *postgres.SESSION_TABLES)]
+    assert sorted(names.split(",")) == sorted(expected)
 
 
 async def test_memory_keeps_a_catalogue_and_a_wrapped_sdk_session_refuses_one() -> None:
