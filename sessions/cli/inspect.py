@@ -36,16 +36,9 @@ from .render import (
 
 __all__ = ["describe_item", "list_cmd", "show_cmd", "stats_cmd"]
 
-_SESSION_COLUMNS = (
-    Column("SESSION", fold=True),
-    Column("USER", fold=True),
-    Column("TITLE", fold=True),
-    Column("TAGS", fold=True),
-    Column("ITEMS", right=True),
-    Column("CREATED (UTC)"),
-    Column("UPDATED (UTC)"),
-    Column("EXPIRES (UTC)"),
-)
+_SESSION = Column("SESSION", fold=True)
+_ITEMS = Column("ITEMS", right=True)
+_CATALOGUE = (Column("USER", fold=True), Column("TITLE", fold=True), Column("TAGS", fold=True))
 
 
 def _expires(info: SessionInfo, default: timedelta | None) -> str:
@@ -53,17 +46,30 @@ def _expires(info: SessionInfo, default: timedelta | None) -> str:
     return "never" if moment is None else when(moment)
 
 
-def _row(info: SessionInfo, default: timedelta | None) -> tuple[str, ...]:
-    return (
-        info.session_id,
-        info.user_id or "",
-        info.title or "",
-        ",".join(info.tags),
-        str(info.item_count),
-        when(info.created_at),
-        when(info.updated_at),
-        _expires(info, default),
-    )
+def _page_table(page: list[SessionInfo], default: timedelta | None) -> None:
+    """The page as a table: the catalogue columns only when a session of the page has an
+    entry, the expiry only when one expires (``CREATED`` then makes room for them)."""
+    entries = any(i.user_id or i.title or i.tags for i in page)
+    expiring = any(i.expires_at(default) is not None for i in page)
+    columns = [_SESSION, *(_CATALOGUE if entries else ()), _ITEMS]
+    if not (entries or expiring):
+        columns.append(Column("CREATED (UTC)"))
+    columns.append(Column("UPDATED (UTC)"))
+    if expiring:
+        columns.append(Column("EXPIRES (UTC)"))
+    rows = []
+    for i in page:
+        row = [i.session_id]
+        if entries:
+            row += [i.user_id or "", i.title or "", ",".join(i.tags)]
+        row.append(str(i.item_count))
+        if not (entries or expiring):
+            row.append(when(i.created_at))
+        row.append(when(i.updated_at))
+        if expiring:
+            row.append(_expires(i, default))
+        rows.append(row)
+    table(columns, rows)
 
 
 def _record(info: SessionInfo, default: timedelta | None) -> dict[str, Any]:
@@ -154,7 +160,7 @@ async def _list_table(
             more = len(page) > limit
             page = page[:limit]
             if page:
-                table(_SESSION_COLUMNS, [_row(i, store.ttl) for i in page])
+                _page_table(page, store.ttl)
             shown += len(page)
             if not more:
                 break
