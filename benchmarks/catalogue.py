@@ -69,8 +69,8 @@ def _load_sqlite(path: str, rows: list[tuple[str, str, str, float]]) -> None:
             [(sid, at, at, user, json.dumps([tag])) for sid, user, tag, at in rows],
         )
         conn.executemany(
-            "INSERT INTO txs_session_tags (tag, session_id) VALUES (?, ?)",
-            [(tag, sid) for sid, _, tag, _ in rows],
+            "INSERT INTO txs_session_tags (tag, session_id, user_id) VALUES (?, ?, ?)",
+            [(tag, sid, user) for sid, user, tag, _ in rows],
         )
         conn.execute("COMMIT")
         conn.execute("ANALYZE")
@@ -96,10 +96,11 @@ async def _load_postgres(dsn: str, schema: str, rows: list[tuple[str, str, str, 
                 [r[2] for r in rows],
             )
             await conn.execute(
-                f'INSERT INTO "{schema}".txs_session_tags (tag, session_id) '
-                "SELECT g, s FROM unnest($1::text[], $2::text[]) AS x(g, s)",
+                f'INSERT INTO "{schema}".txs_session_tags (tag, session_id, user_id) '
+                "SELECT g, s, u FROM unnest($1::text[], $2::text[], $3::text[]) AS x(g, s, u)",
                 [r[2] for r in rows],
                 [r[0] for r in rows],
+                [r[1] for r in rows],
             )
         await conn.execute(f'ANALYZE "{schema}".txs_sessions')
         await conn.execute(f'ANALYZE "{schema}".txs_session_tags')

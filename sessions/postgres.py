@@ -115,11 +115,16 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS ttl double precision",
             "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0",
             'CREATE INDEX IF NOT EXISTS "{prefix}sessions_user" ON {sessions} (user_id, session_id)',
+            # user_id repeats the session's, so that one user's sessions with a tag are
+            # one index range, whatever the size of the store.
             "CREATE TABLE IF NOT EXISTS {session_tags} ("
             ' tag text COLLATE "C" NOT NULL,'
             ' session_id text COLLATE "C" NOT NULL,'
+            ' user_id text COLLATE "C",'
             " PRIMARY KEY (tag, session_id))",
             'CREATE INDEX IF NOT EXISTS "{prefix}session_tags_session" ON {session_tags} (session_id)',
+            'CREATE INDEX IF NOT EXISTS "{prefix}session_tags_user"'
+            " ON {session_tags} (user_id, tag, session_id)",
         ),
     ),
 )
@@ -340,8 +345,10 @@ _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
 _SQL_VERSION = "SELECT version FROM {sessions} WHERE session_id = $1"
 _SQL_TAGS_DELETE = "DELETE FROM {session_tags} WHERE session_id = $1"
 _SQL_TAGS_INSERT = (
-    "INSERT INTO {session_tags} (tag, session_id) SELECT t, $1 FROM unnest($2::text[]) AS u(t)"
+    "INSERT INTO {session_tags} (tag, session_id, user_id) SELECT u.t, s.session_id, s.user_id "
+    "FROM {sessions} AS s CROSS JOIN unnest($2::text[]) AS u(t) WHERE s.session_id = $1"
 )
+_SQL_TAGS_USER = "UPDATE {session_tags} SET user_id = $2 WHERE session_id = $1"
 # The stored rows (all, or the latest $2) and the session's version, in one snapshot.
 _SQL_LOAD_VERSIONED = """
 SELECT v.version, r.seq, r.data
@@ -373,6 +380,7 @@ class _ExtraSql:
     version: str
     tags_delete: str
     tags_insert: str
+    tags_user: str
     load_versioned: str
     expired: str
     delete_lock_ttl: str
@@ -384,6 +392,7 @@ class _ExtraSql:
             version=s(_SQL_VERSION),
             tags_delete=s(_SQL_TAGS_DELETE),
             tags_insert=s(_SQL_TAGS_INSERT),
+            tags_user=s(_SQL_TAGS_USER),
             load_versioned=s(_SQL_LOAD_VERSIONED),
             expired=s(_SQL_EXPIRED),
             delete_lock_ttl=s(_SQL_DELETE_LOCK_TTL),
@@ -931,6 +940,8 @@ class PostgresBackend:
         if "tags" in change.fields:
             await conn.execute(self._extra_sql.tags_delete, session_id)
             await conn.execute(self._extra_sql.tags_insert, session_id, list(change.tags))
+        elif "user_id" in change.fields:
+            await conn.execute(self._extra_sql.tags_user, session_id, change.user_id)
 
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
@@ -1094,40 +1105,42 @@ class PostgresBackend:
         rows = await self._fetch("read", self._extra_sql.load_versioned, session_id, limit)
         return [(row[1], row[2]) for row in rows if row[1] is not None], int(rows[0][0])
 
-    def _where(self, where: SessionFilter, after: str | None) -> tuple[str, list[Any]]:
-        """``FROM ... WHERE ...`` of a catalogue listing, and its parameters."""
-        sql = f"FROM {self._names.table('sessions')} AS s"
+    def _where(self, where: SessionFilter, after: str | None) -> tuple[str, list[Any], str]:
+        """``FROM ... WHERE ...`` of a catalogue listing, its parameters, and the column to
+        order by (the walked index's): with a tag, the tag's pairs (with a user too, that
+        user's pairs with the tag: one index range); with a user alone, the user's index
+        on the sessions table."""
         params: list[Any] = ["" if after is None else after]
-        tags = self._names.table("session_tags")
-        if where.tag is not None and where.user_id is None:  # walk the tag's pairs
+        if where.tag is not None:
             params.append(where.tag)
-            sql += f" JOIN {tags} AS t ON t.session_id = s.session_id AND t.tag = ${len(params)}"
-        sql += " WHERE s.session_id > $1"
-        if where.user_id is not None:  # walk the user's index; a tag is probed per row
+            sql = (
+                f"FROM {self._names.table('session_tags')} AS t "
+                f"JOIN {self._names.table('sessions')} AS s ON s.session_id = t.session_id "
+                "WHERE t.tag = $2 AND t.session_id > $1"
+            )
+            key = "t.session_id"
+        else:
+            sql = f"FROM {self._names.table('sessions')} AS s WHERE s.session_id > $1"
+            key = "s.session_id"
+        if where.user_id is not None:
             params.append(where.user_id)
-            sql += f" AND s.user_id = ${len(params)}"
-            if where.tag is not None:
-                params.append(where.tag)
-                sql += (
-                    f" AND EXISTS (SELECT 1 FROM {tags} AS t"
-                    f" WHERE t.tag = ${len(params)} AND t.session_id = s.session_id)"
-                )
+            sql += f" AND {key[0]}.user_id = ${len(params)}"
         if where.updated_after is not None:
             params.append(where.updated_after)
             sql += f" AND s.updated_at > ${len(params)}"
-        return sql, params
+        return sql, params, key
 
     async def find_sessions(
         self, where: SessionFilter, *, limit: int, after: str | None
     ) -> list[SessionInfo]:
-        sql, params = self._where(where, after)
+        sql, params, key = self._where(where, after)
         columns = ", ".join(f"s.{name.strip()}" for name in _INFO_COLUMNS.split(","))
-        query = f"SELECT {columns} {sql} ORDER BY s.session_id LIMIT ${len(params) + 1}"
+        query = f"SELECT {columns} {sql} ORDER BY {key} LIMIT ${len(params) + 1}"
         rows = await self._fetch("list_sessions", query, *params, min(limit, 2**62))
         return [_info(row) for row in rows]
 
     async def count_sessions(self, where: SessionFilter) -> int:
-        sql, params = self._where(where, None)
+        sql, params, _ = self._where(where, None)
         rows = await self._fetch("count_sessions", f"SELECT count(*) {sql}", *params)
         return int(rows[0][0])
 

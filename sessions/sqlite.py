@@ -99,12 +99,17 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ALTER TABLE txs_sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
             "CREATE INDEX IF NOT EXISTS txs_sessions_user ON txs_sessions (user_id, session_id)"
             " WHERE user_id IS NOT NULL",
+            # user_id repeats the session's, so that one user's sessions with a tag are
+            # one index range (txs_session_tags_user), whatever the size of the store.
             "CREATE TABLE IF NOT EXISTS txs_session_tags ("
             " tag TEXT NOT NULL,"
             " session_id TEXT NOT NULL,"
+            " user_id TEXT,"
             " PRIMARY KEY (tag, session_id)"
             ") WITHOUT ROWID",
             "CREATE INDEX IF NOT EXISTS txs_session_tags_session ON txs_session_tags (session_id)",
+            "CREATE INDEX IF NOT EXISTS txs_session_tags_user"
+            " ON txs_session_tags (user_id, tag, session_id) WHERE user_id IS NOT NULL",
         ),
     ),
 )
@@ -231,8 +236,14 @@ def _write_info(conn: sqlite3.Connection, session_id: str, change: InfoChange) -
     if "tags" in change.fields:
         conn.execute("DELETE FROM txs_session_tags WHERE session_id = ?", (session_id,))
         conn.executemany(
-            "INSERT INTO txs_session_tags (tag, session_id) VALUES (?, ?)",
+            "INSERT INTO txs_session_tags (tag, session_id, user_id) "
+            "SELECT ?, session_id, user_id FROM txs_sessions WHERE session_id = ?",
             [(tag, session_id) for tag in change.tags],
+        )
+    elif "user_id" in change.fields:
+        conn.execute(
+            "UPDATE txs_session_tags SET user_id = ? WHERE session_id = ?",
+            (change.user_id, session_id),
         )
 
 
@@ -495,25 +506,31 @@ def _load_versioned(
     return rows, 0 if row is None else int(row[0])
 
 
-def _where(where: SessionFilter, after: str | None) -> tuple[str, dict[str, Any]]:
-    """``FROM ... WHERE ...`` of a catalogue listing, and its parameters."""
-    sql = "FROM txs_sessions AS s"
-    params: dict[str, Any] = {"after": "" if after is None else after, "tag": where.tag}
-    if where.tag is not None and where.user_id is None:  # walk the tag's pairs
-        sql += " JOIN txs_session_tags AS t ON t.session_id = s.session_id AND t.tag = :tag"
-    sql += " WHERE s.session_id > :after"
-    if where.user_id is not None:  # walk the user's index; a tag is probed per row
-        sql += " AND s.user_id = :user"
-        params["user"] = where.user_id
-        if where.tag is not None:
-            sql += (
-                " AND EXISTS (SELECT 1 FROM txs_session_tags AS t"
-                " WHERE t.tag = :tag AND t.session_id = s.session_id)"
-            )
+def _where(where: SessionFilter, after: str | None) -> tuple[str, dict[str, Any], str]:
+    """``FROM ... WHERE ...`` of a catalogue listing, its parameters, and the column to
+    order by (the walked index's).
+
+    With a tag, the tag's pairs are walked (with a user too, that user's pairs with the
+    tag: one index range); with a user alone, the user's index on the sessions table.
+    """
+    params: dict[str, Any] = {"after": "" if after is None else after}
+    if where.tag is not None:
+        sql = (
+            "FROM txs_session_tags AS t JOIN txs_sessions AS s ON s.session_id = t.session_id"
+            " WHERE t.tag = :tag AND t.session_id > :after"
+        )
+        params["tag"] = where.tag
+        if where.user_id is not None:
+            sql += " AND t.user_id = :user"
+    else:
+        sql = "FROM txs_sessions AS s WHERE s.session_id > :after"
+        if where.user_id is not None:
+            sql += " AND s.user_id = :user"
+    params["user"] = where.user_id
     if where.updated_after is not None:
         sql += " AND s.updated_at > :updated"
         params["updated"] = where.updated_after.timestamp()
-    return sql, params
+    return sql, params, "t.session_id" if where.tag is not None else "s.session_id"
 
 
 def _prune(conn: sqlite3.Connection, cutoff: float, keep_prefixes: Sequence[str]) -> int:
@@ -649,17 +666,17 @@ class SQLiteBackend:
     async def find_sessions(
         self, where: SessionFilter, *, limit: int, after: str | None
     ) -> list[SessionInfo]:
-        sql, params = _where(where, after)
+        sql, params, key = _where(where, after)
         rows = await self._run(
             "list_sessions",
             _query,
-            f"SELECT {_INFO_COLUMNS_S} {sql} ORDER BY s.session_id LIMIT :limit",
+            f"SELECT {_INFO_COLUMNS_S} {sql} ORDER BY {key} LIMIT :limit",
             {**params, "limit": min(limit, 2**62)},
         )
         return [_info(row) for row in rows]
 
     async def count_sessions(self, where: SessionFilter) -> int:
-        sql, params = _where(where, None)
+        sql, params, _ = _where(where, None)
         rows = await self._run("count_sessions", _query, f"SELECT count(*) {sql}", params)
         return int(rows[0][0])
 

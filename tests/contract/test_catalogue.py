@@ -183,6 +183,26 @@ async def test_list_and_count_filter_by_user_tag_and_updated_after_page_by_page(
         await store.count_sessions(updated_after="yesterday")  # type: ignore[arg-type]
 
 
+async def test_a_new_owner_or_new_tags_move_the_session_between_user_and_tag_listings(
+    store: Store[Any], sid: str
+) -> None:
+    old, new, tag = f"{sid}-old", f"{sid}-new", f"{sid}-t"
+    session = store.session(sid)
+    session.set_info(tags={tag})
+    await session.commit()  # tags before any owner
+    session.set_info(user_id=old)
+    await session.commit()
+    assert [i.session_id for i in await store.list_sessions(user_id=old, tag=tag)] == [sid]
+    session.set_info(user_id=new)  # the owner changes, the tags stay
+    await session.commit()
+    assert await store.list_sessions(user_id=old, tag=tag) == []
+    assert [i.session_id for i in await store.list_sessions(user_id=new, tag=tag)] == [sid]
+    session.set_info(tags={f"{tag}2"})
+    await session.commit()
+    assert await store.count_sessions(user_id=new, tag=tag) == 0
+    assert await store.count_sessions(user_id=new, tag=f"{tag}2") == 1
+
+
 async def test_list_sessions_without_filters_still_shows_catalogue_fields(
     store: Store[Any], sid: str
 ) -> None:
