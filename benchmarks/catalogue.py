@@ -5,7 +5,7 @@
 dropped at the end), each with 100 sessions per user (small: 10 users, large: 1,000
 users) and one of 20 tags per session. The catalogue rows (what the listing reads) are
 loaded with plain ``INSERT``s into the tables the store made, in a shuffled order, so
-that the indexes grow by scattered inserts; then ``ANALYZE``.
+that the indexes grow by scattered inserts; then ``ANALYZE`` (PostgreSQL: ``VACUUM ANALYZE``, as autovacuum would).
 
 Then, small and large store taking turns: ``list_sessions(user_id=U, limit=50)`` of
 a random user (the first page), the next page after it, ``list_sessions(user_id=U,
@@ -102,8 +102,8 @@ async def _load_postgres(dsn: str, schema: str, rows: list[tuple[str, str, str, 
                 [r[0] for r in rows],
                 [r[1] for r in rows],
             )
-        await conn.execute(f'ANALYZE "{schema}".txs_sessions')
-        await conn.execute(f'ANALYZE "{schema}".txs_session_tags')
+        await conn.execute(f'VACUUM ANALYZE "{schema}".txs_sessions')
+        await conn.execute(f'VACUUM ANALYZE "{schema}".txs_session_tags')
     finally:
         await conn.close()
 
