@@ -22,6 +22,7 @@ from ._catalogue import KEEP, info_change
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
 from ._locks import CrossLoopLock
+from ._observe import observed_load, observed_load_versioned
 from ._owned import OwnedStores
 from ._policy import DEFAULT_COMMIT_TIMEOUT
 from ._resource import AsyncResource
@@ -749,9 +750,9 @@ class BufferedSession(AsyncResource):
     async def _load(self, backend: Backend, limit: int | None) -> list[Row]:
         """Stored rows; records the session's version where the backend keeps one."""
         if isinstance(backend, CatalogueBackend):
-            rows, self._version = await backend.load_versioned(self.session_id, limit)
+            rows, self._version = await observed_load_versioned(backend, self.session_id, limit)
             return rows
-        return await backend.load(self.session_id, limit)
+        return await observed_load(backend, self.session_id, limit)
 
     async def _stage_pop(self) -> tuple[Any, int | None]:
         """Stage one pop; returns the item and, if it was stored, its row key."""

@@ -31,6 +31,7 @@ import asyncio
 import collections
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -40,6 +41,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from ._backend import Batch, InfoChange, Row, SessionFilter, SessionInfo
 from ._catalogue import decode_metadata, validate_ttl, version_conflict
+from ._observe import HOOK
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._redact import redact
 from ._session import BufferedSession
@@ -598,6 +600,7 @@ class PostgresBackend:
 
     atomic = True
     idempotent = True
+    system = "postgresql"
 
     def __init__(
         self,
@@ -684,6 +687,8 @@ class PostgresBackend:
         terminated (the server then aborts whatever transaction it had open).
         """
         phase = _Phase()
+        observer = HOOK.observer
+        waited = time.perf_counter() if observer is not None else 0.0
         try:
             conn = await self._pool.acquire()
         except Exception as exc:
@@ -691,6 +696,8 @@ class PostgresBackend:
             if error is None:
                 raise
             raise error from exc
+        if observer is not None:
+            observer.pool_wait(self.system, time.perf_counter() - waited)
         clean = False
         try:
             result = await fn(conn, phase)
@@ -835,6 +842,9 @@ class PostgresBackend:
         one transaction.
         """
         self._grouper.count(group)
+        observer = HOOK.observer
+        if observer is not None:
+            observer.group(self.system, len(group))
         args = _group_args(group)
         phase.commit_sent = True  # autocommit: the statement(s) are the commit
         if len(args) == 1:

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from ._backend import Batch, InfoChange, Row, SessionFilter, SessionInfo
 from ._catalogue import decode_metadata, validate_ttl, version_conflict
+from ._observe import HOOK
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -544,6 +545,7 @@ class SQLiteBackend:
 
     atomic = True
     idempotent = True
+    system = "sqlite"
 
     def __init__(self, worker: Worker, path: str) -> None:
         self._worker = worker
@@ -607,6 +609,10 @@ class SQLiteBackend:
             index = 0
             self._worker.submit(group)
         outcome = await asyncio.shield(group.done)
+        if index == 0 and not isinstance(outcome, BaseException):
+            observer = HOOK.observer
+            if observer is not None:
+                observer.group(self.system, len(outcome))
         error = outcome if isinstance(outcome, BaseException) else outcome[index]
         if error is None:
             return
