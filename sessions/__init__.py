@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from ._backend import AdminBackend, Backend, Batch, SessionInfo
+from ._backend import AdminBackend, Backend, Batch, CatalogueBackend, SessionFilter, SessionInfo
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
@@ -29,6 +29,7 @@ __all__ = [
     "Backend",
     "Batch",
     "BufferedSession",
+    "CatalogueBackend",
     "MemoryBackend",
     "MemorySession",
     "MemoryStore",
@@ -39,6 +40,7 @@ __all__ = [
     "RunStateRecord",
     "SQLiteSession",
     "SQLiteStore",
+    "SessionFilter",
     "SessionInfo",
     "Store",
     "TransactionalSession",
