@@ -11,7 +11,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from ._backend import AdminBackend, Backend, Batch, SessionInfo, TurnUsage
+from ._backend import (
+    AdminBackend,
+    Backend,
+    Batch,
+    CatalogueBackend,
+    SessionFilter,
+    SessionInfo,
+    TurnUsage,
+)
 from ._branching import Branch
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
@@ -32,6 +40,7 @@ __all__ = [
     "Batch",
     "Branch",
     "BufferedSession",
+    "CatalogueBackend",
     "MemoryBackend",
     "MemorySession",
     "MemoryStore",
@@ -42,6 +51,7 @@ __all__ = [
     "RunStateRecord",
     "SQLiteSession",
     "SQLiteStore",
+    "SessionFilter",
     "SessionInfo",
     "Store",
     "TransactionalSession",

@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from ._backend import Batch, RunStateChange, TurnRecord, TurnUsage
+from ._backend import Batch, InfoChange, RunStateChange, TurnRecord, TurnUsage
+from ._catalogue import merge_info
 
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
 
@@ -61,9 +62,11 @@ class PendingChanges:
     """How many batches are queued (more than one only after a failed commit)."""
     run_state: bool = False
     """A staged ``stage_run_state()`` or ``discard_run_state()``."""
+    info: bool = False
+    """A staged ``set_info()`` (a change of the session's catalogue entry)."""
 
     def __bool__(self) -> bool:
-        return self.clear or self.pops > 0 or self.items > 0 or self.run_state
+        return self.clear or self.pops > 0 or self.items > 0 or self.run_state or self.info
 
 
 #: A stage's run-state write: ``(text, label)`` (``(None, None)`` removes it).
@@ -76,6 +79,7 @@ class Stage:
     __slots__ = (
         "batch_id",
         "clear",
+        "info",
         "items",
         "pops",
         "run_id",
@@ -94,12 +98,13 @@ class Stage:
         self.run_state: RunStateWrite | None = None
         self.run_id: str | None = None
         self.usage: TurnUsage | None = None
+        self.info: InfoChange | None = None
         self.state = StageState.OPEN
 
     def empty(self) -> bool:
-        return not (self.clear or self.pops or self.items or self.run_state)
+        return not (self.clear or self.pops or self.items or self.run_state or self.info)
 
-    def freeze(self, expect_version: int | None) -> Batch:
+    def freeze(self, expect_version: int | None, expect_session: int | None = None) -> Batch:
         change = None
         if self.run_state is not None:
             text, label = self.run_state
@@ -107,7 +112,17 @@ class Stage:
         tail = None if self.clear else self.tail
         pops, items = tuple(self.pops), tuple(self.items)
         turn = TurnRecord(self.run_id, usage=self.usage) if items else None
-        return Batch(self.batch_id, self.clear, pops, items, tail=tail, run_state=change, turn=turn)
+        return Batch(
+            self.batch_id,
+            self.clear,
+            pops,
+            items,
+            tail=tail,
+            run_state=change,
+            turn=turn,
+            info=self.info,
+            expect_version=expect_session,
+        )
 
     def absorb(self, later: Stage) -> None:
         """Fold a later ``OPEN`` stage into this ``OPEN`` one (both never applied)."""
@@ -126,6 +141,8 @@ class Stage:
             self.run_id = later.run_id
         if later.usage is not None:
             self.usage = later.usage if self.usage is None else self.usage + later.usage
+        if later.info is not None:
+            self.info = merge_info(self.info, later.info)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -235,6 +252,12 @@ class Staging:
             stage.tail = tail if stage.tail is None else min(stage.tail, tail)
 
     @_atomic
+    def set_info(self, change: InfoChange) -> None:
+        """Stage a change of the session's catalogue entry (merged with one staged)."""
+        stage = self._writable()
+        stage.info = merge_info(stage.info, change)
+
+    @_atomic
     def set_run_state(self, text: str | None, label: str | None = None) -> None:
         """Stage a write (``None``: a removal) of the session's run state."""
         self._writable().run_state = (text, label if text is not None else None)
@@ -271,6 +294,7 @@ class Staging:
             items=len(items),
             batches=sum(1 for stage in self._stages if not stage.empty()),
             run_state=any(stage.run_state is not None for stage in self._stages),
+            info=any(stage.info is not None for stage in self._stages),
         )
 
     @_atomic
@@ -286,19 +310,21 @@ class Staging:
     # ------------------------------------------------------------------ commit protocol
 
     @_atomic
-    def seal(self) -> list[Batch]:
+    def seal(self, expected_version: int | None = None) -> list[Batch]:
         """Mark every non-empty stage ``SENT`` and return their batches, in order.
 
         ``UNKNOWN`` stages are sent again with their ids: a backend skips what it has
         already applied, so resending settles them either way. A run-state write is
-        checked against the version the previous one leads to.
+        checked against the version the previous one leads to. ``expected_version``
+        becomes the first batch's :attr:`~sessions.Batch.expect_version` (the caller
+        settles unknown outcomes first, so that batch is one that was never applied).
         """
         self._stages = [stage for stage in self._stages if not stage.empty()]
         batches: list[Batch] = []
         version = self.run_state_version
-        for stage in self._stages:
+        for index, stage in enumerate(self._stages):
             stage.state = StageState.SENT
-            batches.append(stage.freeze(version))
+            batches.append(stage.freeze(version, expected_version if index == 0 else None))
             if stage.run_state is not None and version is not None:
                 version += 1
         return batches

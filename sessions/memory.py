@@ -19,10 +19,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ._backend import Batch, BranchRow, Row, SessionInfo, TurnRow, TurnUsage
+from ._backend import (
+    Batch,
+    BranchRow,
+    InfoChange,
+    Row,
+    SessionFilter,
+    SessionInfo,
+    TurnRow,
+    TurnUsage,
+)
+from ._catalogue import decode_metadata, version_conflict
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -43,12 +53,38 @@ class _History:
     next_key: int = 1
     batches: dict[str, datetime] = field(default_factory=dict)  # batch id -> applied at
     run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
+    catalogue: InfoChange = InfoChange(frozenset())
+    version: int = 0
     turns: list[TurnRow] = field(default_factory=list)  # ordered by first_key
     fork_of: tuple[str, int, datetime] | None = None  # source id, at turn, when
     hidden: _Hidden = field(default_factory=lambda: _Hidden({}, []))  # rewound away
 
     def info(self, session_id: str) -> SessionInfo:
-        return SessionInfo(session_id, len(self.rows), self.created_at, self.updated_at)
+        entry = self.catalogue
+        return SessionInfo(
+            session_id,
+            len(self.rows),
+            self.created_at,
+            self.updated_at,
+            user_id=entry.user_id,
+            title=entry.title,
+            tags=entry.tags,
+            metadata=decode_metadata(entry.metadata),
+            ttl=None if entry.ttl is None else timedelta(seconds=entry.ttl),
+            version=self.version,
+        )
+
+    def expired(self, now: datetime, default_ttl: float | None) -> bool:
+        ttl = self.catalogue.ttl if self.catalogue.ttl is not None else default_ttl
+        return ttl is not None and self.updated_at + timedelta(seconds=ttl) < now
+
+    def matches(self, where: SessionFilter) -> bool:
+        entry = self.catalogue
+        return (
+            (where.user_id is None or entry.user_id == where.user_id)
+            and (where.tag is None or where.tag in entry.tags)
+            and (where.updated_after is None or self.updated_at > where.updated_after)
+        )
 
 
 @dataclass
@@ -108,10 +144,16 @@ def _applied(
     turns = list(history.turns)
     hidden = history.hidden.copy()
     fork_of = history.fork_of
+    catalogue, version = history.catalogue, history.version
     created, updated = history.created_at, history.updated_at
     for batch in batches:
         if batch.batch_id in done:
             continue  # applied by an earlier attempt
+        if batch.expect_version is not None and batch.expect_version != version:
+            raise version_conflict(session_id, batch.expect_version, version)
+        version += 1
+        if batch.info is not None:
+            catalogue = _catalogue_after(catalogue, batch.info)
         if batch.clear:
             rows.clear()
             turns.clear()
@@ -131,22 +173,55 @@ def _applied(
                 f"session {session_id!r}: items were stored after the end of the history "
                 "this replacement was prepared against"
             )
-        if batch.rewind is not None:
-            _rewind(rows, turns, hidden, batch, session_id)
+        _turn_parts(batch, rows, turns, hidden, (first, now), session_id)
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
         if batch.branch is not None:
             fork_of = (batch.branch.source_id, batch.branch.at_turn, now)
-        if batch.turn is not None and batch.items:
-            at = now if batch.turn.created_at is None else batch.turn.created_at
-            turns.append(TurnRow(first, next_key - 1, at, batch.turn.run_id, batch.turn.usage))
         done[batch.batch_id] = now
         updated = max(updated, now)
         if batch.restore_times is not None:  # a restore (import): the export's times
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(created, updated, rows, next_key, done, run_state, turns, fork_of, hidden)
+    return _History(
+        created,
+        updated,
+        rows,
+        next_key,
+        done,
+        run_state,
+        catalogue,
+        version,
+        turns,
+        fork_of,
+        hidden,
+    )
+
+
+def _turn_parts(
+    batch: Batch,
+    rows: dict[int, str],
+    turns: list[TurnRow],
+    hidden: _Hidden,
+    at: tuple[int, datetime],
+    session_id: str,
+) -> None:
+    """A batch's rewind and turn record (``at``: its first key and the commit's time)."""
+    if batch.rewind is not None:
+        _rewind(rows, turns, hidden, batch, session_id)
+    first, now = at
+    if batch.turn is not None and batch.items:
+        when = now if batch.turn.created_at is None else batch.turn.created_at
+        last = first + len(batch.items) - 1
+        turns.append(TurnRow(first, last, when, batch.turn.run_id, batch.turn.usage))
+
+
+def _catalogue_after(current: InfoChange, change: InfoChange) -> InfoChange:
+    values = {name: getattr(current, name) for name in ("user_id", "title", "metadata", "ttl")}
+    values.update({name: getattr(change, name) for name in change.fields if name != "tags"})
+    tags = change.tags if "tags" in change.fields else current.tags
+    return InfoChange(frozenset(), tags=tags, **values)
 
 
 def _run_state_after(
@@ -269,6 +344,50 @@ class MemoryBackend:
         )
         return [self._sessions[s].info(s) for s in stale[:limit]]
 
+    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
+        """:meth:`load` and the session's version."""
+        rows = await self.load(session_id, limit)
+        history = self._sessions.get(session_id)
+        return rows, 0 if history is None else history.version
+
+    async def find_sessions(
+        self, where: SessionFilter, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        ids = sorted(
+            s
+            for s, h in self._sessions.items()
+            if (after is None or s > after) and h.matches(where)
+        )
+        return [self._sessions[s].info(s) for s in ids[:limit]]
+
+    async def count_sessions(self, where: SessionFilter) -> int:
+        return sum(1 for h in self._sessions.values() if h.matches(where))
+
+    async def expired_sessions(
+        self, now: datetime, default_ttl: float | None, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        ids = sorted(
+            s
+            for s, h in self._sessions.items()
+            if (after is None or s > after) and h.expired(now, default_ttl)
+        )
+        return [self._sessions[s].info(s) for s in ids[:limit]]
+
+    async def delete_expired(
+        self, session_id: str, now: datetime, default_ttl: float | None
+    ) -> bool:
+        history = self._sessions.get(session_id)
+        if history is None or not history.expired(now, default_ttl):
+            return False
+        del self._sessions[session_id]
+        return True
+
+    async def delete_user(self, user_id: str) -> list[str]:
+        ids = sorted(s for s, h in self._sessions.items() if h.catalogue.user_id == user_id)
+        for session_id in ids:
+            del self._sessions[session_id]
+        return ids
+
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
         history = self._sessions.get(session_id)
         if history is None:
@@ -300,10 +419,11 @@ class MemoryStore(Store["MemorySession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
     ) -> None:
         if not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout)
+        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
         self.session_class = MemorySession
         self.memory = backend
 
@@ -314,10 +434,11 @@ class MemoryStore(Store["MemorySession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
     ) -> MemoryStore:
         """A store over ``backend`` (a new, empty one when ``None``)."""
         shared = MemoryBackend() if backend is None else backend
-        return cls(shared, retry=retry, commit_timeout=commit_timeout)
+        return cls(shared, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
 
 
 class MemorySession(BufferedSession):

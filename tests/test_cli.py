@@ -396,6 +396,7 @@ COMMANDS = [
     "export",
     "import",
     "delete",
+    "delete-user",
     "purge",
     "migrate",
     "demo",
@@ -416,7 +417,7 @@ async def test_usage_errors_are_one_line() -> None:
         cli("list", "--bogus", "--db", "sqlite://"),
         cli("frobnicate"),
         cli("export", "--db", "sqlite://"),
-        cli("purge", "--db", "sqlite://"),
+        cli("purge", "--older-than", "", "--db", "sqlite://"),
         cli("migrate", "--to", "sqlite://"),
         cli("purge", "--older-than", "30x", "--db", "sqlite://"),
     )

@@ -153,6 +153,7 @@ async def test_bad_identifier_refused_by_from_pool_and_good_ones_accepted(
             "A_1items",
             "A_1run_states",
             "A_1schema_version",
+            "A_1session_tags",
             "A_1sessions",
             "A_1turns",
         ]
