@@ -158,21 +158,8 @@ def _applied(
             rows.clear()
             turns.clear()
             hidden = _Hidden({}, [])
-        for key in batch.pops:
-            if rows.pop(key, None) is None:
-                raise ConflictError(
-                    f"session {session_id!r}: popped item {key} was already removed by "
-                    "another writer"
-                )
         first = next_key
-        for text in batch.items:
-            rows[next_key] = text
-            next_key += 1
-        if batch.tail is not None and any(batch.tail < key < first for key in rows):
-            raise ConflictError(
-                f"session {session_id!r}: items were stored after the end of the history "
-                "this replacement was prepared against"
-            )
+        next_key = _rows_after(rows, batch, next_key, session_id)
         _turn_parts(batch, rows, turns, hidden, (first, now), session_id)
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
@@ -197,6 +184,26 @@ def _applied(
         fork_of,
         hidden,
     )
+
+
+def _rows_after(rows: dict[int, str], batch: Batch, next_key: int, session_id: str) -> int:
+    """Apply ``batch``'s pops and items to ``rows`` (a copy), check its tail condition;
+    return the next free key."""
+    for key in batch.pops:
+        if rows.pop(key, None) is None:
+            raise ConflictError(
+                f"session {session_id!r}: popped item {key} was already removed by another writer"
+            )
+    first = next_key
+    for text in batch.items:
+        rows[next_key] = text
+        next_key += 1
+    if batch.tail is not None and any(batch.tail < key < first for key in rows):
+        raise ConflictError(
+            f"session {session_id!r}: items were stored after the end of the history "
+            "this replacement was prepared against"
+        )
+    return next_key
 
 
 def _turn_parts(
