@@ -23,6 +23,8 @@ __all__ = [
     "CALL_OUTPUT",
     "RULES",
     "Defect",
+    "answered_calls",
+    "calls_in",
     "check_history",
     "first_valid_start",
     "item_label",
@@ -271,6 +273,39 @@ def first_valid_start(items: Sequence[Any]) -> int:
             if key is None or (_OUTPUT_CALL[kind], key) not in calls:
                 start = index + 1
     return start
+
+
+def calls_in(items: Sequence[Any]) -> set[tuple[str, str]]:
+    """``(call type, call id)`` of every call in ``items``."""
+    found: set[tuple[str, str]] = set()
+    for item in items:
+        if isinstance(item, dict):
+            kind = _type(item)
+            if kind in CALL_OUTPUT:
+                key = _call_key(kind, item)
+                if key is not None:
+                    found.add((kind, key))
+    return found
+
+
+def answered_calls(items: Sequence[Any]) -> set[tuple[str, str]]:
+    """``(call type, call id)`` of the calls that outputs in ``items`` answer and that
+    ``items`` do not hold before them: what must be found earlier in the history."""
+    seen: set[tuple[str, str]] = set()
+    wanted: set[tuple[str, str]] = set()
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = _type(item)
+        if kind in CALL_OUTPUT:
+            key = _call_key(kind, item)
+            if key is not None:
+                seen.add((kind, key))
+        elif kind in _OUTPUT_CALL:
+            key = _output_key(kind, item)
+            if key is not None and (_OUTPUT_CALL[kind], key) not in seen:
+                wanted.add((_OUTPUT_CALL[kind], key))
+    return wanted
 
 
 def pairing_kept(removed: list[Any]) -> bool:
