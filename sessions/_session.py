@@ -757,7 +757,10 @@ class BufferedSession(AsyncResource):
     async def _commit_locked(self) -> None:
         """With the lock held: send every staged batch through the commit path."""
         store = await self._ready_store("commit")
-        await self._settle("commit")  # judge no batch that may already be stored
+        if self.integrity != "off" and store.backend.idempotent:
+            # Judge no batch that may already be stored (a resent batch in doubt): ask
+            # first. (A non-idempotent backend, the wrapper's, resends as before.)
+            await self._settle("commit")
         batches = self._staging.seal()
         if not batches:
             return
