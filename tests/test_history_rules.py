@@ -160,6 +160,17 @@ def test_first_valid_start_skips_past_the_last_output_whose_call_was_cut_off() -
     assert first_valid_start(window) == 1
     assert first_valid_start(window[1:]) == 0
     assert first_valid_start([]) == 0
+    # cutting past o1 cuts c3 off from o3: the scan goes on past it too
+    cut = [
+        call("function_call", "c3"),
+        output("function_call_output", "c1"),
+        output("function_call_output", "c3"),
+        assistant(),
+    ]
+    assert first_valid_start(cut) == 3
+    cut = [call("function_call", "c3"), output("function_call_output", "c1")]
+    cut += [output("function_call_output", "c2"), output("function_call_output", "c3")]
+    assert first_valid_start([*cut[:1], *cut[2:3], *cut[1:2], *cut[3:], assistant()]) == 4
 
 
 def test_pairing_kept_refuses_removing_an_output_whose_call_stays() -> None:
