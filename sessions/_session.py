@@ -23,6 +23,7 @@ from ._compaction import Ident, plan_replacement, read_window
 from ._history import first_valid_start
 from ._integrity import judge
 from ._locks import CrossLoopLock
+from ._observe import observed_load
 from ._owned import OwnedStores
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, validate_integrity
 from ._resource import AsyncResource
@@ -702,7 +703,7 @@ class BufferedSession(AsyncResource):
         backend = await self._backend("get_items")
         fetch = None if need is None else need + len(exclude)
         while True:
-            rows = await backend.load(self.session_id, fetch)
+            rows = await observed_load(backend, self.session_id, fetch)
             kept = [row for row in rows if row[0] not in exclude] if exclude else rows
             keys, values = decode_rows(kept, self.session_id)
             if need is None:
