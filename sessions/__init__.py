@@ -11,7 +11,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from ._backend import AdminBackend, Backend, Batch, CatalogueBackend, SessionFilter, SessionInfo
+from ._backend import (
+    AdminBackend,
+    Backend,
+    Batch,
+    CatalogueBackend,
+    QuarantineEntry,
+    SessionFilter,
+    SessionInfo,
+)
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
@@ -36,6 +44,7 @@ __all__ = [
     "PendingChanges",
     "PostgresSession",
     "PostgresStore",
+    "QuarantineEntry",
     "RetryPolicy",
     "RunStateRecord",
     "SQLiteSession",

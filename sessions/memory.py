@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ._backend import Batch, InfoChange, Row, SessionFilter, SessionInfo
+from ._backend import Batch, InfoChange, QuarantineEntry, Row, SessionFilter, SessionInfo
 from ._catalogue import decode_metadata, version_conflict
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
 from .errors import ConflictError
@@ -46,6 +46,7 @@ class _History:
     run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
     catalogue: InfoChange = InfoChange(frozenset())
     version: int = 0
+    quarantine: tuple[QuarantineEntry, ...] = ()
 
     def info(self, session_id: str) -> SessionInfo:
         entry = self.catalogue
@@ -89,6 +90,7 @@ def _applied(
     next_key = history.next_key
     done = dict(history.batches)
     run_state = history.run_state
+    quarantine = list(history.quarantine)
     catalogue, version = history.catalogue, history.version
     created, updated = history.created_at, history.updated_at
     for batch in batches:
@@ -118,13 +120,19 @@ def _applied(
             )
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
+        for reason, text in batch.quarantine:
+            quarantine.append(
+                QuarantineEntry(len(quarantine) + 1, batch.batch_id, reason, text, now)
+            )
         done[batch.batch_id] = now
         updated = max(updated, now)
         if batch.restore_times is not None:  # a restore (import): the export's times
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(created, updated, rows, next_key, done, run_state, catalogue, version)
+    return _History(
+        created, updated, rows, next_key, done, run_state, catalogue, version, tuple(quarantine)
+    )
 
 
 def _catalogue_after(current: InfoChange, change: InfoChange) -> InfoChange:
@@ -274,6 +282,10 @@ class MemoryBackend:
         rows = [row for row in history.rows.items() if after is None or row[0] > after]
         return rows[:limit]
 
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        history = self._sessions.get(session_id)
+        return [] if history is None else list(history.quarantine)
+
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         pruned = 0
         keep = tuple(keep_prefixes)
@@ -299,10 +311,13 @@ class MemoryStore(Store["MemorySession"]):
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+        super().__init__(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         self.session_class = MemorySession
         self.memory = backend
 
@@ -314,10 +329,11 @@ class MemoryStore(Store["MemorySession"]):
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> MemoryStore:
         """A store over ``backend`` (a new, empty one when ``None``)."""
         shared = MemoryBackend() if backend is None else backend
-        return cls(shared, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+        return cls(shared, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity)
 
 
 class MemorySession(BufferedSession):
@@ -337,11 +353,13 @@ class MemorySession(BufferedSession):
         autocommit: bool = False,
         session_settings: Any = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         options: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
             "commit_timeout": commit_timeout,
+            "integrity": integrity,
         }
         if store is not None:
             if backend is not None:
