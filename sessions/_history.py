@@ -48,8 +48,10 @@ _OUTPUT_CALL = {output: call for call, output in CALL_OUTPUT.items()}
 #: may stay unanswered (the user declined to decide; the SDK asks again).
 _ANSWER_OPTIONAL = frozenset({"mcp_approval_request"})
 
-#: Item ids that are not ids: the SDK's placeholder for items of models without ids.
-_PLACEHOLDER_IDS = frozenset({"__fake_id__"})
+#: Item ids that are not ids: the SDK's placeholder for items of models without ids,
+#: and the default id of ``agents.testing.assistant_message`` (every scripted answer
+#: has it: a test's conversation must not lose its answers to the duplicate-id rule).
+_PLACEHOLDER_IDS = frozenset({"__fake_id__", "scripted-message"})
 
 #: Types whose ``id`` names another item rather than the item itself.
 _ID_IS_REFERENCE = frozenset({"local_shell_call_output", "item_reference"})
@@ -72,7 +74,11 @@ RULES: dict[str, str] = {
     ),
     "duplicate_call": "Two calls of one type must not share a call id.",
     "duplicate_output": "A call must not be answered twice.",
-    "duplicate_id": "Two items must not share an `id` (the API refuses duplicate item ids).",
+    "duplicate_id": (
+        "Two items must not share an `id` (the API refuses duplicate item ids). Not ids: "
+        "the SDK's placeholder `__fake_id__` and `scripted-message`, the default id of "
+        "`agents.testing.assistant_message`."
+    ),
     "reasoning_without_follower": (
         "A `reasoning` item must be followed by an item the model emitted with it (a "
         "call, an assistant message, another reasoning item), not by a user, system or "

@@ -182,3 +182,15 @@ def test_docs_history_md_shows_every_rule() -> None:
     text = (ROOT / "docs" / "history.md").read_text()
     for name, description in RULES.items():
         assert f"| `{name}` | {description} |" in text, name
+
+
+def test_scripted_answers_sharing_the_agents_testing_default_id_are_not_duplicates() -> None:
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "id": "scripted-message",
+        "content": [{"type": "output_text", "text": "hi"}],
+    }
+    assert check_history([answer, dict(answer)]) == []
+    other = {**answer, "id": "msg_1"}
+    assert [d.kind for d in check_history([other, dict(other)])] == ["duplicate_id"]
