@@ -354,9 +354,9 @@ async def test_doctor_reads_an_sdk_sqlite_session_file_and_refuses_to_repair_it(
     )
     report = _report(scan)
     assert scan.code == 1 and report["kind"] == "sdk"
-    assert _found(report) == {("bad", 1, "orphan_output")}  # rows keyed by position
+    assert _found(report) == {("bad", 2, "orphan_output")}  # rows keyed by position
     assert report["checked_sessions"] == 2
-    assert text.code == 1 and "row 1: orphan_output [nowhere]" in text.out
+    assert text.code == 1 and "row 2: orphan_output [nowhere]" in text.out
     one_error_line(repair, "--repair", "sessions migrate")
     assert repair.code == 2
     assert one.code == 0 and _report(one)["checked_sessions"] == 1

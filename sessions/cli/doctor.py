@@ -85,7 +85,7 @@ def doctor_cmd(
     """
     url = database_url(ctx, db)
     tables = _SdkTables(sessions_table, messages_table, source_schema)
-    report = _Report(as_json, redact(url))
+    report = _Report(as_json)
     return run_async(lambda: _doctor(url, session_id, repair, sdk, tables, report), [url])
 
 
@@ -155,6 +155,7 @@ def _sqlite_tables(path: str) -> set[str]:
 
 async def _doctor_store(url: str, session_id: str | None, repair: bool, report: Any) -> int:
     from .._doctor import check_store
+    from .._url import parse_url
     from .._validate import validate_session_id
     from ..errors import InvalidSessionIdError
 
@@ -166,7 +167,7 @@ async def _doctor_store(url: str, session_id: str | None, repair: bool, report: 
                 fail(f"bad session id {session_id!r}: {exc}", 2)
             if await store.session_info(session_id) is None:
                 fail(f"unknown session {session_id!r}")
-        report.start("txsessions")
+        report.start("txsessions", parse_url(url).display)
         return await report.consume(check_store(store, session_id=session_id, repair=repair))
 
 
@@ -183,7 +184,7 @@ async def _doctor_sdk(url: str, session_id: str | None, tables: _SdkTables, repo
     try:
         if session_id is not None and all(sid != session_id for sid, _ in await source.sessions()):
             fail(f"unknown session {session_id!r} in {source.description}")
-        report.start("sdk")
+        report.start("sdk", source.description)
         return await report.consume(check_source(source, session_id=session_id))
     finally:
         await source.close()
@@ -197,14 +198,15 @@ _QUARANTINE_SHOWN = 120
 class _Report:
     """Prints each session's findings as they come (text or one JSON object)."""
 
-    def __init__(self, as_json: bool, database: str) -> None:
+    def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
-        self.database = database
+        self.database = ""
         self.sessions = self.rows = self.found = self.remaining = 0
         self.repaired = self.repaired_sessions = self.failed = self.quarantined = 0
         self._json: JsonObjectStream | None = None
 
-    def start(self, kind: str) -> None:
+    def start(self, kind: str, database: str) -> None:
+        self.database = database
         if self.as_json:
             head = {"database": self.database, "kind": kind}
             self._json = JsonObjectStream(head, "sessions")
