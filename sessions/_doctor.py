@@ -1,7 +1,7 @@
 """``sessions doctor``: find (and repair) stored history the Responses API would reject.
 
 A session's stored rows are checked in order: a row that is not a JSON object is a
-problem of its own (``not_json_object``; sessions skip such rows when reading, the
+problem of its own (``not_an_object``: sessions skip such rows when reading, the
 SDK's too); the JSON objects are then judged by the pairing rules of
 :func:`sessions._history.check_history` (orphan outputs, calls without outputs,
 duplicate ids...), as one finished history, unless the session holds a saved run state
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ._store import Store
 
 __all__ = [
-    "NOT_JSON_OBJECT",
+    "NOT_AN_OBJECT",
     "Problem",
     "SessionCheck",
     "check_rows",
@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 #: The kind of a stored row that is not a JSON object (invalid JSON, ``NaN``, a list...).
-NOT_JSON_OBJECT = "not_json_object"
+NOT_AN_OBJECT = "not_an_object"
 
 #: How many times a repair is planned again after a concurrent writer changed the session.
 REPAIR_ATTEMPTS = 3
@@ -123,7 +123,7 @@ def check_rows(session_id: str, rows: Sequence[Row], *, finished: bool = True) -
     for key, text in rows:
         value, why = _json_object(text)
         if value is None:
-            problems.append(Problem(key, NOT_JSON_OBJECT, None, f"stored row is {why}", text))
+            problems.append(Problem(key, NOT_AN_OBJECT, None, f"stored row is {why}", text))
             continue
         keys.append(key)
         texts.append(text)

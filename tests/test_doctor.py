@@ -91,7 +91,7 @@ def _plant(i: int, kind: int, planted: Planted, sid: str) -> list[str]:
         planted.defects.add((sid, 5, "duplicate_id"))
     if kind in (CORRUPT, MIXED):
         items[1:1] = ["{not json", "[1, 2]"]
-        planted.defects |= {(sid, 2, "not_json_object"), (sid, 3, "not_json_object")}
+        planted.defects |= {(sid, 2, "not_an_object"), (sid, 3, "not_an_object")}
         if kind == MIXED:  # the orphan moved down by two
             planted.defects = (planted.defects - {(sid, 4, "orphan_output")}) | {
                 (sid, 6, "orphan_output")
@@ -306,9 +306,9 @@ def test_check_rows_keys_problems_by_row_and_tells_corrupt_rows_apart() -> None:
     ]
     check = check_rows("s", rows)
     assert [(p.key, p.kind) for p in check.problems] == [
-        (11, "not_json_object"),
+        (11, "not_an_object"),
         (12, "orphan_output"),
-        (13, "not_json_object"),
+        (13, "not_an_object"),
     ]
     assert "NaN" not in check.problems[0].message  # messages never show the row's text
     assert check.tail == 13
