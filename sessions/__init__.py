@@ -11,7 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from ._backend import AdminBackend, Backend, Batch, SessionInfo
+from ._backend import AdminBackend, Backend, Batch, QuarantineEntry, SessionInfo
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
@@ -35,6 +35,7 @@ __all__ = [
     "PendingChanges",
     "PostgresSession",
     "PostgresStore",
+    "QuarantineEntry",
     "RetryPolicy",
     "RunStateRecord",
     "SQLiteSession",

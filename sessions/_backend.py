@@ -17,6 +17,7 @@ __all__ = [
     "AdminBackend",
     "Backend",
     "Batch",
+    "QuarantineEntry",
     "Row",
     "RunStateBackend",
     "RunStateChange",
@@ -66,6 +67,11 @@ class Batch:
       :class:`~sessions.errors.ConflictError` and nothing is applied.
     * ``run_state``: a :class:`RunStateChange`, applied in the same transaction (only
       backends implementing :class:`RunStateBackend` are given one).
+
+    ``quarantine``: ``(reason, json_text)`` pairs, items the core took out of the batch
+    because they break a history rule (``integrity="quarantine"``, see
+    :mod:`sessions._history`). Stored in the session's quarantine, in the same
+    transaction and only if the batch id is new; never part of the history.
     """
 
     batch_id: str
@@ -75,11 +81,28 @@ class Batch:
     restore_times: tuple[datetime, datetime] | None = None
     tail: int | None = None
     run_state: RunStateChange | None = None
+    quarantine: tuple[tuple[str, str], ...] = ()
 
     @property
     def plain(self) -> bool:
-        """Neither condition nor run-state write: only ``clear``, ``pops`` and ``items``."""
-        return self.tail is None and self.run_state is None
+        """Neither condition, run-state write nor quarantine: only ``clear``, ``pops``
+        and ``items``."""
+        return self.tail is None and self.run_state is None and not self.quarantine
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineEntry:
+    """One item kept out of a session's history (see :attr:`Batch.quarantine`)."""
+
+    key: int
+    """Orders a session's quarantine (opaque, like :data:`Row` keys)."""
+    batch_id: str
+    """The batch the item came with."""
+    reason: str
+    """Why: names the broken rule, the item's type and call id (no item text)."""
+    data: str
+    """The item's JSON text, as it was staged."""
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +174,8 @@ class AdminBackend(Protocol):
     async def delete_session(
         self, session_id: str, *, stale_before: datetime | None = None
     ) -> bool:
-        """Delete a session's items, batch records and metadata in one transaction.
+        """Delete a session's items, batch records, quarantine and metadata in one
+        transaction.
 
         With ``stale_before``, only if (inside that transaction) its ``updated_at`` is
         still before it. ``True`` if the session was deleted.
@@ -167,6 +191,10 @@ class AdminBackend(Protocol):
 
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
         """Up to ``limit`` rows with key > ``after`` (all keys when ``None``), oldest first."""
+        ...
+
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        """The session's quarantined items, oldest first (``delete_session`` removes them)."""
         ...
 
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:

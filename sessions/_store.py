@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
-from ._backend import AdminBackend, Backend, SessionInfo
+from ._backend import AdminBackend, Backend, QuarantineEntry, SessionInfo
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
     RECORD_MARGIN,
@@ -194,9 +194,16 @@ class Store(AsyncResource, Generic[S]):
         return await self._admin("session_info").session_info(session_id)
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete one session's history and metadata; ``False`` if it did not exist."""
+        """Delete one session's history, quarantine and metadata; ``False`` if it did
+        not exist."""
         validate_session_id(session_id)
         return await self._admin("delete_session").delete_session(session_id)
+
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        """The items kept out of a session's history (``integrity="quarantine"``,
+        ``sessions doctor --repair``), oldest first."""
+        validate_session_id(session_id)
+        return await self._admin("read_quarantine").read_quarantine(session_id)
 
     async def purge(
         self, older_than: timedelta, *, dry_run: bool = False, page_size: int = 500

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from ._backend import Batch, Row, SessionInfo
+from ._backend import Batch, QuarantineEntry, Row, SessionInfo
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -43,6 +43,7 @@ class _History:
     next_key: int = 1
     batches: dict[str, datetime] = field(default_factory=dict)  # batch id -> applied at
     run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
+    quarantine: tuple[QuarantineEntry, ...] = ()
 
     def info(self, session_id: str) -> SessionInfo:
         return SessionInfo(session_id, len(self.rows), self.created_at, self.updated_at)
@@ -62,6 +63,7 @@ def _applied(
     next_key = history.next_key
     done = dict(history.batches)
     run_state = history.run_state
+    quarantine = list(history.quarantine)
     created, updated = history.created_at, history.updated_at
     for batch in batches:
         if batch.batch_id in done:
@@ -85,13 +87,17 @@ def _applied(
             )
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
+        for reason, text in batch.quarantine:
+            quarantine.append(
+                QuarantineEntry(len(quarantine) + 1, batch.batch_id, reason, text, now)
+            )
         done[batch.batch_id] = now
         updated = max(updated, now)
         if batch.restore_times is not None:  # a restore (import): the export's times
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(created, updated, rows, next_key, done, run_state)
+    return _History(created, updated, rows, next_key, done, run_state, tuple(quarantine))
 
 
 def _run_state_after(
@@ -188,6 +194,10 @@ class MemoryBackend:
             return []
         rows = [row for row in history.rows.items() if after is None or row[0] > after]
         return rows[:limit]
+
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        history = self._sessions.get(session_id)
+        return [] if history is None else list(history.quarantine)
 
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         pruned = 0

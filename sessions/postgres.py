@@ -38,7 +38,7 @@ from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from ._backend import Batch, Row, SessionInfo
+from ._backend import Batch, QuarantineEntry, Row, SessionInfo
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._redact import redact
 from ._session import BufferedSession
@@ -98,6 +98,21 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " data text,"
             " label text,"
             " updated_at timestamptz NOT NULL)",
+        ),
+    ),
+    (
+        3,
+        (
+            # Items kept out of the history because they break a history rule
+            # (integrity="quarantine"), written with the batch they came in.
+            "CREATE TABLE IF NOT EXISTS {quarantine} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " seq bigint NOT NULL,"
+            " batch_id text NOT NULL,"
+            " reason text NOT NULL,"
+            " data text NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " PRIMARY KEY (session_id, seq))",
         ),
     ),
 )
@@ -241,6 +256,7 @@ class _Names:
             items=self.table("items"),
             batches=self.table("batches"),
             run_states=self.table("run_states"),
+            quarantine=self.table("quarantine"),
             version=self.table("schema_version"),
             prefix=self.prefix,
         )
@@ -309,6 +325,19 @@ _SQL_RUN_STATE_WRITE = (
 )
 _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM {run_states} WHERE session_id = $1"
 _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
+# $1 session_id, $2 batch_id, $3 reasons text[], $4 data text[]; the session row is
+# locked by the committing transaction, so max(seq) is stable.
+_SQL_QUARANTINE = (
+    "INSERT INTO {quarantine} (session_id, seq, batch_id, reason, data, created_at) "
+    "SELECT $1, (SELECT coalesce(max(seq), 0) FROM {quarantine} WHERE session_id = $1) + u.ord,"
+    " $2, u.reason, u.data, now() "
+    "FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS u(reason, data, ord)"
+)
+_SQL_QUARANTINE_LOAD = (
+    "SELECT seq, batch_id, reason, data, created_at FROM {quarantine} "
+    "WHERE session_id = $1 ORDER BY seq"
+)
+_SQL_QUARANTINE_DELETE = "DELETE FROM {quarantine} WHERE session_id = $1"
 
 
 @dataclass(frozen=True)
@@ -318,6 +347,9 @@ class _ExtraSql:
     run_state_write: str
     run_state_load: str
     run_state_delete: str
+    quarantine: str
+    quarantine_load: str
+    quarantine_delete: str
 
     @classmethod
     def build(cls, names: _Names) -> _ExtraSql:
@@ -328,6 +360,9 @@ class _ExtraSql:
             run_state_write=s(_SQL_RUN_STATE_WRITE),
             run_state_load=s(_SQL_RUN_STATE_LOAD),
             run_state_delete=s(_SQL_RUN_STATE_DELETE),
+            quarantine=s(_SQL_QUARANTINE),
+            quarantine_load=s(_SQL_QUARANTINE_LOAD),
+            quarantine_delete=s(_SQL_QUARANTINE_DELETE),
         )
 
 
@@ -847,6 +882,10 @@ class PostgresBackend:
             await conn.execute(
                 sql.run_state_write, session_id, current + 1, change.text, change.label
             )
+        if batch.quarantine:
+            reasons = [reason for reason, _ in batch.quarantine]
+            texts = [text for _, text in batch.quarantine]
+            await conn.execute(sql.quarantine, session_id, batch.batch_id, reasons, texts)
 
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
@@ -933,6 +972,10 @@ class PostgresBackend:
         rows = await self._fetch("read_range", self._sql.range, session_id, start, limit)
         return [(row[0], row[1]) for row in rows]
 
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        rows = await self._fetch("read", self._extra_sql.quarantine_load, session_id)
+        return [QuarantineEntry(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         if cutoff.tzinfo is None:
             cutoff = cutoff.replace(tzinfo=timezone.utc)
@@ -962,6 +1005,7 @@ class PostgresBackend:
             await conn.execute(items, session_id)
             await conn.execute(batches, session_id)
             await conn.execute(self._extra_sql.run_state_delete, session_id)
+            await conn.execute(self._extra_sql.quarantine_delete, session_id)
             await conn.execute(session, session_id)
             phase.commit_sent = True
             await conn.execute("COMMIT")

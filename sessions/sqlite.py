@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
-from ._backend import Batch, Row, SessionInfo
+from ._backend import Batch, QuarantineEntry, Row, SessionInfo
 from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -79,6 +79,22 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " data TEXT,"
             " label TEXT,"
             " updated_at REAL NOT NULL"
+            ") WITHOUT ROWID",
+        ),
+    ),
+    (
+        3,
+        (
+            # Items kept out of the history because they break a history rule
+            # (integrity="quarantine"), written with the batch they came in.
+            "CREATE TABLE IF NOT EXISTS txs_quarantine ("
+            " session_id TEXT NOT NULL,"
+            " seq INTEGER NOT NULL,"
+            " batch_id TEXT NOT NULL,"
+            " reason TEXT NOT NULL,"
+            " data TEXT NOT NULL,"
+            " created_at REAL NOT NULL,"
+            " PRIMARY KEY (session_id, seq)"
             ") WITHOUT ROWID",
         ),
     ),
@@ -161,6 +177,15 @@ _SQL_RUN_STATE_WRITE = (
     "updated_at = excluded.updated_at"
 )
 _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM txs_run_states WHERE session_id = ?"
+_SQL_QUARANTINE = (
+    "INSERT INTO txs_quarantine (session_id, seq, batch_id, reason, data, created_at) "
+    "VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM txs_quarantine WHERE session_id = ?), "
+    "?, ?, ?, ?)"
+)
+_SQL_QUARANTINE_LOAD = (
+    "SELECT seq, batch_id, reason, data, created_at FROM txs_quarantine "
+    "WHERE session_id = ? ORDER BY seq"
+)
 
 
 def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: float) -> None:
@@ -183,6 +208,8 @@ def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: 
         conn.execute(
             _SQL_RUN_STATE_WRITE, (session_id, current + 1, change.text, change.label, now)
         )
+    for reason, text in batch.quarantine:
+        conn.execute(_SQL_QUARANTINE, (session_id, session_id, batch.batch_id, reason, text, now))
 
 
 def _load_run_state(
@@ -368,6 +395,7 @@ def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | Non
         conn.execute("DELETE FROM txs_items WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
         conn.execute("DELETE FROM txs_run_states WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM txs_quarantine WHERE session_id = ?", (session_id,))
         existed = (
             conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)).rowcount
             > 0
@@ -514,6 +542,15 @@ class SQLiteBackend:
             "SELECT seq, data FROM txs_items WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?",
             (session_id, -(2**62) if after is None else after, limit),
         )
+
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        rows = await self._run("read", _query, _SQL_QUARANTINE_LOAD, (session_id,))
+        return [
+            QuarantineEntry(
+                row[0], row[1], row[2], row[3], datetime.fromtimestamp(row[4], timezone.utc)
+            )
+            for row in rows
+        ]
 
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         return await self._run("prune", _prune, cutoff.timestamp(), list(keep_prefixes))

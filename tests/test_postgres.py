@@ -148,6 +148,7 @@ async def test_bad_identifier_refused_by_from_pool_and_good_ones_accepted(
         assert [r[0] for r in tables] == [
             "A_1batches",
             "A_1items",
+            "A_1quarantine",
             "A_1run_states",
             "A_1schema_version",
             "A_1sessions",
