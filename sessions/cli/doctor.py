@@ -111,10 +111,11 @@ async def _doctor(
 ) -> int:
     if sdk or await _is_sdk_database(url):
         if repair:
+            shown = redact(url)
             fail(
-                f"--repair writes only txsessions stores; {redact(url)} is read here as an "
-                "SDK session database: copy it with 'sessions migrate --from URL --to "
-                "STORE', then run 'sessions doctor --repair --db STORE'",
+                f"--repair writes only txsessions stores, and {shown} holds the SDK's "
+                f"sessions (read-only here): copy them with 'sessions migrate --from {shown} "
+                "--to STORE', then run 'sessions doctor --repair --db STORE'",
                 2,
             )
         return await _doctor_sdk(url, session_id, tables, report)
@@ -266,7 +267,8 @@ class _Report:
             say(f"{plural(self.failed, 'repair')} failed (see above)")
         if self.remaining:
             hint = "" if self.repaired or self.failed else "; --repair quarantines them"
-            say(f"{plural(self.remaining, 'problem')} remain{hint}")
+            verb = "remains" if self.remaining == 1 else "remain"
+            say(f"{plural(self.remaining, 'problem')} {verb}{hint}")
         else:
             say("clean: no stored history the API would reject")
 
