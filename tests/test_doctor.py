@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from sessions import open_store
-from sessions._doctor import check_rows, check_store
+from sessions._commit import write_batches
+from sessions._doctor import check_rows, check_store, repair_batch
 
 from .conftest import PG_DSN, Target
 from .test_cli import Result, cli, one_error_line
@@ -295,6 +296,32 @@ async def test_a_repair_interrupted_after_some_sessions_is_completed_once_by_a_r
     damaged = {sid for sid, _, _ in planted.defects}
     assert rerun["repaired_sessions"] == len(damaged) - 2
     assert _quarantined(rerun) == {sid: planted.removed(sid) for sid in damaged}
+
+
+async def test_a_repair_batch_is_derived_from_what_it_removes_and_applies_once(
+    store: Any, sid: str
+) -> None:
+    session = store.session(sid)
+    orphan = {"type": "function_call_output", "call_id": "ghost", "output": "?"}
+    await session.add_items([{"role": "user", "content": "hi"}])
+    await session.commit()
+    # Stored as a raw row, as an old store or another writer might have left it.
+    await write_batches(store, sid, [_raw_batch(sid, [_text(orphan)])])
+    rows = await store.backend.read_range(sid, after=None, limit=100)
+    first = repair_batch(check_rows(sid, rows), rows)
+    second = repair_batch(check_rows(sid, rows), rows)
+    assert first is not None and second is not None
+    assert first[0].batch_id == second[0].batch_id and first[0].batch_id.startswith("doc-")
+    await write_batches(store, sid, [first[0]])
+    await write_batches(store, sid, [second[0]])  # a resend after a crash: skipped by id
+    assert [e.data for e in await store.read_quarantine(sid)] == [_text(orphan)]
+    assert await session.get_items() == [{"role": "user", "content": "hi"}]
+
+
+def _raw_batch(sid: str, texts: list[str]) -> Any:
+    from sessions._backend import Batch
+
+    return Batch(f"raw-{uuid.uuid4().hex}", False, (), tuple(texts))
 
 
 def test_check_rows_keys_problems_by_row_and_tells_corrupt_rows_apart() -> None:

@@ -8,7 +8,7 @@ import os
 import sqlite3
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import quote
 
 import typer
@@ -26,6 +26,9 @@ from .render import (
     run_async,
     say,
 )
+
+if TYPE_CHECKING:
+    from .._doctor import Problem, SessionCheck
 
 __all__ = ["doctor_cmd"]
 
@@ -107,7 +110,7 @@ class _SdkTables:
 
 
 async def _doctor(
-    url: str, session_id: str | None, repair: bool, sdk: bool, tables: _SdkTables, report: Any
+    url: str, session_id: str | None, repair: bool, sdk: bool, tables: _SdkTables, report: "_Report"
 ) -> int:
     if sdk or await _is_sdk_database(url):
         if repair:
@@ -154,7 +157,7 @@ def _sqlite_tables(path: str) -> set[str]:
         conn.close()
 
 
-async def _doctor_store(url: str, session_id: str | None, repair: bool, report: Any) -> int:
+async def _doctor_store(url: str, session_id: str | None, repair: bool, report: "_Report") -> int:
     from .._doctor import check_store
     from .._url import parse_url
     from .._validate import validate_session_id
@@ -172,7 +175,9 @@ async def _doctor_store(url: str, session_id: str | None, repair: bool, report: 
         return await report.consume(check_store(store, session_id=session_id, repair=repair))
 
 
-async def _doctor_sdk(url: str, session_id: str | None, tables: _SdkTables, report: Any) -> int:
+async def _doctor_sdk(
+    url: str, session_id: str | None, tables: _SdkTables, report: "_Report"
+) -> int:
     from .._doctor import check_source
     from .._migrate import open_source
 
@@ -212,7 +217,7 @@ class _Report:
             head = {"database": self.database, "kind": kind}
             self._json = JsonObjectStream(head, "sessions")
 
-    async def consume(self, checks: AsyncIterator[Any]) -> int:
+    async def consume(self, checks: AsyncIterator["SessionCheck"]) -> int:
         with progress("checking sessions", None) as bar:
             async for check in checks:
                 self._count(check)
@@ -222,7 +227,7 @@ class _Report:
         self._summary()
         return 1 if self.remaining else 0
 
-    def _count(self, check: Any) -> None:
+    def _count(self, check: "SessionCheck") -> None:
         self.sessions += 1
         self.rows += check.rows
         self.found += len(check.problems)
@@ -232,7 +237,7 @@ class _Report:
         self.failed += check.error is not None
         self.quarantined += len(check.quarantine)
 
-    def _session(self, check: Any) -> None:
+    def _session(self, check: "SessionCheck") -> None:
         if self._json is not None:
             self._json.add(json_text(_session_json(check)))
             return
@@ -273,7 +278,7 @@ class _Report:
             say("clean: no stored history the API would reject")
 
 
-def _problem_json(problem: Any) -> dict[str, Any]:
+def _problem_json(problem: "Problem") -> dict[str, Any]:
     return {
         "key": problem.key,
         "kind": problem.kind,
@@ -282,7 +287,7 @@ def _problem_json(problem: Any) -> dict[str, Any]:
     }
 
 
-def _session_json(check: Any) -> dict[str, Any]:
+def _session_json(check: "SessionCheck") -> dict[str, Any]:
     return {
         "session_id": check.session_id,
         "rows": check.rows,
@@ -294,12 +299,12 @@ def _session_json(check: Any) -> dict[str, Any]:
     }
 
 
-def _problem_line(problem: Any) -> str:
+def _problem_line(problem: "Problem") -> str:
     call = f" [{literal(problem.call_id)}]" if problem.call_id else ""
     return f"  row {problem.key}: {problem.kind}{call}: {literal(problem.message)}"
 
 
-def _session_lines(check: Any) -> list[str]:
+def _session_lines(check: "SessionCheck") -> list[str]:
     lines: list[str] = []
     if check.problems:
         pending = "" if check.finished else " (a run is waiting: its last calls may wait)"
