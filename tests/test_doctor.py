@@ -390,6 +390,53 @@ async def test_doctor_reads_an_sdk_sqlite_session_file_and_refuses_to_repair_it(
     assert path.read_bytes() == before  # read-only
 
 
+async def test_doctor_reads_sqlalchemy_session_tables_by_their_url(tmp_path: Path) -> None:
+    pytest.importorskip("sqlalchemy")
+    from agents.extensions.memory import SQLAlchemySession
+
+    url = f"sqlite+aiosqlite:///{tmp_path / 'sa.db'}"
+    session = SQLAlchemySession.from_url("chat", url=url, create_tables=True)
+    call = {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c1"}
+    await session.add_items(  # type: ignore[list-item]
+        [call, {"role": "assistant", "content": "went on without the output"}]
+    )
+    await session._engine.dispose()
+    result = await cli("doctor", "--json", "--db", url)  # a SQLAlchemy URL: the SDK's tables
+    report = _report(result)
+    assert result.code == 1 and report["kind"] == "sdk"
+    assert _found(report) == {("chat", 1, "missing_output")}
+
+
+async def test_user_text_in_the_report_is_shown_literally_and_json_stays_exact(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'evil.db'}"
+    store = await open_store(url)
+    evil_id, evil_call = "evil\x1b[31m[bold]", "call\u202e\n2"
+    orphan = {"type": "function_call_output", "call_id": evil_call, "output": "\x1b]0;pwned\x07"}
+    try:
+        rows = [_text(orphan), "\x1b[2J not json"]
+        await write_batches(store, evil_id, [_raw_batch(evil_id, rows)])
+    finally:
+        await store.close()
+    text, as_json = await asyncio.gather(
+        cli("doctor", "--db", url), cli("doctor", "--json", "--db", url)
+    )
+    assert text.code == 1
+    assert "\x1b" not in text.out and "\u202e" not in text.out
+    assert "session evil\\x1b[31m[bold]: 2 problems" in text.out
+    assert "[call\\u202e\\n2]" in text.out
+    report = _report(as_json)
+    assert _found(report) == {(evil_id, 1, "orphan_output"), (evil_id, 2, "not_an_object")}
+    assert report["sessions"][0]["problems"][0]["call_id"] == evil_call
+    repaired = _report(await cli("doctor", "--repair", "--json", "--db", url))
+    assert _quarantined(repaired) == {evil_id: rows}
+    listed = await cli("doctor", "--db", url)  # clean now; the quarantine is listed
+    assert listed.code == 0 and "\x1b" not in listed.out and "\x07" not in listed.out
+    assert "\\u001b]0;pwned\\u0007" in listed.out  # the stored JSON text, as stored
+    assert "\\x1b[2J not json" in listed.out  # a raw control character, escaped
+
+
 async def test_doctor_usage_errors_are_one_line(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'u.db'}"
     store = await open_store(url)
