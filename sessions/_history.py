@@ -23,6 +23,8 @@ __all__ = [
     "CALL_OUTPUT",
     "RULES",
     "Defect",
+    "answered_calls",
+    "calls_in",
     "check_history",
     "first_valid_start",
     "item_label",
@@ -159,7 +161,9 @@ class _Checker:
 
     def item(self, index: int, item: Any, after: Any) -> None:
         if not isinstance(item, dict):
-            self.add(index, "not_an_object", None, f"item {index} is a {item_label(item)}")
+            self.add(
+                index, "not_an_object", None, f"the item is a {item_label(item)}, not an object"
+            )
             return
         kind = _type(item)
         self._check_id(index, kind, item)
@@ -179,7 +183,7 @@ class _Checker:
         if item_id in _PLACEHOLDER_IDS:
             return
         if item_id in self.ids:
-            self.add(index, "duplicate_id", None, f"{kind} item {index} repeats an item id")
+            self.add(index, "duplicate_id", None, f"{kind} item repeats an item id")
         self.ids.add(item_id)
 
     def _call(self, index: int, kind: str, item: dict[str, Any]) -> None:
@@ -208,7 +212,7 @@ class _Checker:
                     index,
                     "reasoning_without_follower",
                     None,
-                    f"reasoning item {index} ends the history",
+                    "a reasoning item ends the history",
                 )
             return
         if isinstance(after, dict) and not _follows_reasoning(_type(after), after):
@@ -216,7 +220,7 @@ class _Checker:
                 index,
                 "reasoning_without_follower",
                 None,
-                f"reasoning item {index} is followed by a {item_label(after)}",
+                f"a reasoning item is followed by a {item_label(after)}",
             )
 
     def unanswered(self) -> None:
@@ -250,15 +254,28 @@ def offenders(defects: Iterable[Defect]) -> set[int]:
 
 
 def first_valid_start(items: Sequence[Any]) -> int:
-    """Where a window of the latest items may start: just past its last orphan output.
+    """Where a window of the latest items may start: past every output whose call it
+    cut off.
 
     A read limited to the latest N items may cut a call from its output (the call fell
-    before the window). Starting after the last output whose call is not in the window
-    never serves such an orphan; everything before it belonged to the cut exchange.
+    before the window). Starting after the last such output drops the cut exchange;
+    outputs after it whose calls fell before the new start are cut off in turn, so the
+    scan repeats until none is left. The window from there serves no orphan output.
     """
     start = 0
+    while True:
+        cut = _last_orphan(items, start)
+        if cut is None:
+            return start
+        start = cut + 1
+
+
+def _last_orphan(items: Sequence[Any], start: int) -> int | None:
+    """Position of the last output in ``items[start:]`` whose call is not before it there."""
+    last: int | None = None
     calls: set[tuple[str, str]] = set()
-    for index, item in enumerate(items):
+    for index in range(start, len(items)):
+        item = items[index]
         if not isinstance(item, dict):
             continue
         kind = _type(item)
@@ -269,8 +286,41 @@ def first_valid_start(items: Sequence[Any]) -> int:
         elif kind in _OUTPUT_CALL:
             key = _output_key(kind, item)
             if key is None or (_OUTPUT_CALL[kind], key) not in calls:
-                start = index + 1
-    return start
+                last = index
+    return last
+
+
+def calls_in(items: Sequence[Any]) -> set[tuple[str, str]]:
+    """``(call type, call id)`` of every call in ``items``."""
+    found: set[tuple[str, str]] = set()
+    for item in items:
+        if isinstance(item, dict):
+            kind = _type(item)
+            if kind in CALL_OUTPUT:
+                key = _call_key(kind, item)
+                if key is not None:
+                    found.add((kind, key))
+    return found
+
+
+def answered_calls(items: Sequence[Any]) -> set[tuple[str, str]]:
+    """``(call type, call id)`` of the calls that outputs in ``items`` answer and that
+    ``items`` do not hold before them: what must be found earlier in the history."""
+    seen: set[tuple[str, str]] = set()
+    wanted: set[tuple[str, str]] = set()
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = _type(item)
+        if kind in CALL_OUTPUT:
+            key = _call_key(kind, item)
+            if key is not None:
+                seen.add((kind, key))
+        elif kind in _OUTPUT_CALL:
+            key = _output_key(kind, item)
+            if key is not None and (_OUTPUT_CALL[kind], key) not in seen:
+                wanted.add((_OUTPUT_CALL[kind], key))
+    return wanted
 
 
 def pairing_kept(removed: list[Any]) -> bool:

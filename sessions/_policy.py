@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = [
+    "DEFAULT_INTEGRITY",
+    "INTEGRITY_MODES",
+    "Integrity",
+    "validate_integrity",
     "BULK_NAMESPACES",
     "DEFAULT_COMMIT_TIMEOUT",
     "RECORD_MARGIN",
@@ -78,3 +83,16 @@ def min_record_age(policy: RetryPolicy, commit_timeout: float) -> float:
 def kept_prefixes() -> tuple[str, ...]:
     """Batch-id prefixes whose records are never pruned (the bulk writers')."""
     return tuple(f"{namespace}-" for namespace in BULK_NAMESPACES)
+
+
+#: What a commit does with history the Responses API would refuse.
+Integrity = Literal["reject", "quarantine", "off"]
+INTEGRITY_MODES: tuple[str, ...] = ("reject", "quarantine", "off")
+#: The stores' default (``docs/history.md`` says why).
+DEFAULT_INTEGRITY: Integrity = "quarantine"
+
+
+def validate_integrity(value: object, name: str = "integrity") -> Integrity:
+    if value == "reject" or value == "quarantine" or value == "off":
+        return value
+    raise ValueError(f"{name} must be one of 'reject', 'quarantine', 'off', got {value!r}")

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._backend import Backend, Batch, RunStateBackend
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
+from ._history import first_valid_start
+from ._integrity import judge
 from ._locks import CrossLoopLock
 from ._owned import OwnedStores
-from ._policy import DEFAULT_COMMIT_TIMEOUT
+from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, validate_integrity
 from ._resource import AsyncResource
 from ._sdk import (
     coerce_session_settings,
@@ -37,8 +39,10 @@ from ._staging import PendingChanges, Staging
 from ._validate import validate_bool, validate_limit, validate_seconds, validate_session_id
 from .errors import (
     CommitConflictError,
+    CommitError,
     SessionClosedError,
     SessionError,
+    StorageError,
     StoreClosedError,
     UncommittedChangesWarning,
 )
@@ -105,6 +109,11 @@ class BufferedSession(AsyncResource):
     ``session_settings`` (an agents ``SessionSettings`` or a dict of its fields) gives
     ``get_items()`` its default ``limit``; it defaults to ``SessionSettings()``.
 
+    ``integrity`` (``"reject"``, ``"quarantine"``, ``"off"``; ``None`` takes the
+    store's): what ``commit()`` does with history the Responses API would refuse (an
+    output without its call, a call without its output in a finished turn, ...; see
+    ``docs/history.md``).
+
     A session made with ``store_factory`` (the one-liners ``SQLiteSession(id, path)``
     and ``PostgresSession(id, dsn)``) opens a store of its own per event loop, on first
     use there, so it can be shared by threads that each run an event loop (see
@@ -123,8 +132,10 @@ class BufferedSession(AsyncResource):
         session_settings: Any = None,
         commit_timeout: float | None = None,
         single_loop: str | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         self.session_id: str = validate_session_id(session_id)
+        self._integrity = None if integrity is None else validate_integrity(integrity)
         if (store is None) == (store_factory is None):
             raise TypeError("pass exactly one of store= or store_factory=")
         if single_loop is not None and store_factory is None:
@@ -178,6 +189,15 @@ class BufferedSession(AsyncResource):
         return DEFAULT_COMMIT_TIMEOUT if store is None else store.commit_timeout
 
     @property
+    def integrity(self) -> Integrity:
+        """What ``commit()`` does with history the API would refuse (the session's
+        ``integrity=``, else its store's)."""
+        if self._integrity is not None:
+            return self._integrity
+        store = self.store
+        return DEFAULT_INTEGRITY if store is None else store.integrity
+
+    @property
     def pending(self) -> PendingChanges:
         """What ``commit()`` would apply now (a snapshot; read-only)."""
         return self._staging.pending()
@@ -210,7 +230,9 @@ class BufferedSession(AsyncResource):
     async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
         """Stored history followed by the staged changes; the latest ``limit`` items.
 
-        ``limit`` defaults to ``session_settings.limit``.
+        ``limit`` defaults to ``session_settings.limit``. A limited read never starts
+        with a tool output whose call fell before it (the API would refuse it): it then
+        starts after that output, with fewer items (unless ``integrity="off"``).
         """
         self._check_open("get_items")
         if limit is None and self._settings is not None:
@@ -656,12 +678,21 @@ class BufferedSession(AsyncResource):
     async def _view(self, limit: int | None) -> list[Any]:
         clear, pops, staged = self._staging.view()
         if limit is not None and len(staged) >= limit:
-            return [decode_item(text) for text in staged[len(staged) - limit :]]
+            return self._whole([decode_item(text) for text in staged[len(staged) - limit :]])
         committed: list[Any] = []
         if not clear:
             need = None if limit is None else limit - len(staged)
             _, committed = await self._committed_tail(need, pops)
-        return committed + [decode_item(text) for text in staged]
+        items = committed + [decode_item(text) for text in staged]
+        return items if limit is None else self._whole(items)
+
+    def _whole(self, window: list[Any]) -> list[Any]:
+        """A limited read never starts with an output whose call it cut off (the API
+        would refuse it): it starts after the last such output (``integrity`` not off)."""
+        if self.integrity == "off":
+            return window
+        start = first_valid_start(window)
+        return window[start:] if start else window
 
     async def _committed_tail(
         self, need: int | None, exclude: set[int]
@@ -726,9 +757,25 @@ class BufferedSession(AsyncResource):
     async def _commit_locked(self) -> None:
         """With the lock held: send every staged batch through the commit path."""
         store = await self._ready_store("commit")
+        if self.integrity != "off" and store.backend.idempotent:
+            # Judge no batch that may already be stored (a resent batch in doubt): ask
+            # first. (A non-idempotent backend, the wrapper's, resends as before.)
+            await self._settle("commit")
         batches = self._staging.seal()
         if not batches:
             return
+        try:
+            batches = await judge(store.backend, self.session_id, batches, self.integrity)
+        except BaseException as exc:
+            self._staging.failed(known=True)  # nothing was sent
+            if isinstance(exc, StorageError):
+                raise CommitError(
+                    f"commit of session {self.session_id!r} failed reading the history it "
+                    f"is checked against (nothing applied; changes still staged): {exc}",
+                    session_id=self.session_id,
+                    outcome_known=True,
+                ) from exc
+            raise
         try:
             outcome = await apply_batches(store, self.session_id, batches)
         except BaseException as exc:  # in flight when it happened: outcome unknown

@@ -10,10 +10,13 @@ from typing import Any, Generic, TypeVar
 from ._backend import AdminBackend, Backend, QuarantineEntry, SessionInfo
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
+    DEFAULT_INTEGRITY,
     RECORD_MARGIN,
+    Integrity,
     RetryPolicy,
     kept_prefixes,
     min_record_age,
+    validate_integrity,
 )
 from ._resource import AsyncResource
 from ._validate import validate_positive_int, validate_seconds, validate_session_id
@@ -55,9 +58,13 @@ class Store(AsyncResource, Generic[S]):
     ``commit_timeout`` (seconds, default 30) bounds how long a commit, an autocommit
     write or ``close()`` may hold its caller; sessions may set their own.
 
+    ``integrity`` (``"quarantine"`` by default, ``"reject"`` or ``"off"``): what a
+    commit of its sessions does with history the Responses API would refuse (see
+    ``docs/history.md``); sessions may set their own.
+
     ``session_class`` makes the sessions of :meth:`session`; it is called as
     ``session_class(session_id, store=store, autocommit=..., session_settings=...,
-    commit_timeout=...)`` (:class:`~sessions.BufferedSession` and its subclasses take
+    commit_timeout=..., integrity=...)`` (:class:`~sessions.BufferedSession` and its subclasses take
     exactly that).
     """
 
@@ -69,6 +76,7 @@ class Store(AsyncResource, Generic[S]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, Backend):
             raise TypeError(f"backend does not implement sessions Backend: {backend!r}")
@@ -77,6 +85,7 @@ class Store(AsyncResource, Generic[S]):
         self._backend = backend
         self._retry = retry or RetryPolicy()
         self._commit_timeout = validate_seconds(commit_timeout, "commit_timeout")
+        self._integrity = validate_integrity(integrity)
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
 
@@ -93,6 +102,12 @@ class Store(AsyncResource, Generic[S]):
     def commit_timeout(self) -> float:
         """Seconds a commit, an autocommit write or ``close()`` may hold its caller."""
         return self._commit_timeout
+
+    @property
+    def integrity(self) -> Integrity:
+        """What commits of this store's sessions do with history the API would refuse:
+        ``"reject"``, ``"quarantine"`` or ``"off"`` (sessions may override it)."""
+        return self._integrity
 
     def check_usable(self, operation: str) -> None:
         """Refuse use once closing, or from an event loop other than the store's."""
@@ -120,10 +135,15 @@ class Store(AsyncResource, Generic[S]):
         autocommit: bool = False,
         session_settings: Any = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> S:
-        """A session on this store. Cheap: no I/O until it is used."""
+        """A session on this store. Cheap: no I/O until it is used.
+
+        ``integrity=None`` takes the store's."""
         self._check_open("session")
         validate_session_id(session_id)
+        if integrity is not None:
+            validate_integrity(integrity)
         make = getattr(self, "session_class", None)
         if make is None:
             raise SessionError(f"{self._describe()} has no session_class to make sessions with")
@@ -133,6 +153,7 @@ class Store(AsyncResource, Generic[S]):
             autocommit=autocommit,
             session_settings=session_settings,
             commit_timeout=commit_timeout,
+            integrity=integrity,
         )
 
     def _describe(self) -> str:

@@ -2,10 +2,11 @@
 
 * ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``; ``sqlite://`` or
   ``sqlite:///:memory:`` for an in-memory database. Query parameters:
-  ``synchronous`` (``FULL``/``NORMAL``/``EXTRA``) and ``busy_timeout`` (seconds).
+  ``synchronous`` (``FULL``/``NORMAL``/``EXTRA``), ``busy_timeout`` (seconds) and
+  ``integrity`` (``quarantine``/``reject``/``off``, see ``docs/history.md``).
 * ``postgresql://user:password@host:5432/db`` (or ``postgres://``, or
-  ``postgresql+asyncpg://``): an asyncpg DSN. Our own query parameters ``schema`` and
-  ``table_prefix`` are taken out and passed to :meth:`PostgresStore.open`; the rest of
+  ``postgresql+asyncpg://``): an asyncpg DSN. Our own query parameters ``schema``,
+  ``table_prefix`` and ``integrity`` are taken out and passed to :meth:`PostgresStore.open`; the rest of
   the DSN goes to asyncpg untouched.
 
 Passwords never leave this module in clear: every URL and error message goes through
@@ -20,6 +21,7 @@ import re
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from ._policy import INTEGRITY_MODES
 from ._redact import redact
 from ._store import Store
 from .errors import SessionError, StorageError
@@ -121,12 +123,22 @@ def _parse_sqlite(url: str, shown: str) -> ParsedURL:
                     f">= 0, got {value!r}"
                 )
             options["busy_timeout"] = timeout
+        elif key == "integrity":
+            options["integrity"] = _integrity(value, shown)
         else:
             raise ValueError(
                 f"database URL {shown!r}: unknown SQLite parameter {key!r} "
-                "(known: synchronous, busy_timeout)"
+                "(known: synchronous, busy_timeout, integrity)"
             )
     return ParsedURL("sqlite", path, options, url)
+
+
+def _integrity(value: str, shown: str) -> str:
+    if value not in INTEGRITY_MODES:
+        raise ValueError(
+            f"database URL {shown!r}: integrity must be quarantine, reject or off, got {value!r}"
+        )
+    return value
 
 
 def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
@@ -149,6 +161,8 @@ def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
             if key == "schema" and not value:
                 raise ValueError(f"database URL {shown!r}: schema= is empty")
             options[key] = value
+        elif key == "integrity":
+            options["integrity"] = _integrity(value, shown)
         else:
             keep.append((key, value))
     plain_scheme = "postgresql" if scheme.startswith("postgresql") else "postgres"

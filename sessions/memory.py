@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ._backend import Batch, QuarantineEntry, Row, SessionInfo
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
 from .errors import ConflictError
@@ -223,10 +223,11 @@ class MemoryStore(Store["MemorySession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout)
+        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
         self.session_class = MemorySession
         self.memory = backend
 
@@ -237,10 +238,11 @@ class MemoryStore(Store["MemorySession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> MemoryStore:
         """A store over ``backend`` (a new, empty one when ``None``)."""
         shared = MemoryBackend() if backend is None else backend
-        return cls(shared, retry=retry, commit_timeout=commit_timeout)
+        return cls(shared, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
 
 
 class MemorySession(BufferedSession):
@@ -260,11 +262,13 @@ class MemorySession(BufferedSession):
         autocommit: bool = False,
         session_settings: Any = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         options: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
             "commit_timeout": commit_timeout,
+            "integrity": integrity,
         }
         if store is not None:
             if backend is not None:

@@ -39,7 +39,13 @@ from typing import Any, TypeVar
 import asyncpg  # type: ignore[import-untyped]
 
 from ._backend import Batch, QuarantineEntry, Row, SessionInfo
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import (
+    DEFAULT_COMMIT_TIMEOUT,
+    DEFAULT_INTEGRITY,
+    Integrity,
+    RetryPolicy,
+    validate_integrity,
+)
 from ._redact import redact
 from ._session import BufferedSession
 from ._store import Store
@@ -1187,10 +1193,11 @@ class PostgresStore(Store["PostgresSession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, PostgresBackend):
             raise TypeError(f"backend must be a PostgresBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout)
+        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
         self.session_class = PostgresSession
         self.postgres = backend
 
@@ -1208,6 +1215,7 @@ class PostgresStore(Store["PostgresSession"]):
         retry: RetryPolicy | None = None,
         create: bool = True,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
         **connect_kwargs: Any,
     ) -> PostgresStore:
         """Create a pool on ``dsn``, set up the schema, and return a store owning the pool.
@@ -1218,13 +1226,15 @@ class PostgresStore(Store["PostgresSession"]):
         ``statement_cache_size=0`` disables named prepared statements (needed behind
         PgBouncer in transaction pooling mode before 1.21). ``command_timeout`` bounds
         each statement (seconds); ``commit_timeout`` bounds how long a commit may hold its
-        caller. Other keyword arguments go to ``asyncpg.create_pool``.
+        caller. ``integrity``: what commits do with history the Responses API would
+        refuse (``docs/history.md``). Other keyword arguments go to ``asyncpg.create_pool``.
         """
         if not isinstance(dsn, str) or not dsn:
             raise TypeError(f"dsn must be a non-empty str, got a {type(dsn).__name__}")
         _validate_names(schema, table_prefix)
         _validate_pool_size(min_size, max_size)
         validate_seconds(commit_timeout, "commit_timeout")
+        validate_integrity(integrity)
         kwargs = dict(connect_kwargs)
         if statement_cache_size is not None:
             kwargs["statement_cache_size"] = statement_cache_size
@@ -1241,7 +1251,7 @@ class PostgresStore(Store["PostgresSession"]):
             )
             backend._reset_skipper = skipper
             await backend.migrate(create=create)
-            store = cls(backend, retry=retry, commit_timeout=commit_timeout)
+            store = cls(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
             store.check_usable("open")
         except BaseException:
             pool.terminate()
@@ -1258,6 +1268,7 @@ class PostgresStore(Store["PostgresSession"]):
         retry: RetryPolicy | None = None,
         create: bool = True,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> PostgresStore:
         """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
 
@@ -1266,9 +1277,10 @@ class PostgresStore(Store["PostgresSession"]):
         if not isinstance(pool, asyncpg.Pool):
             raise TypeError(f"pool must be an asyncpg.Pool, got {type(pool).__name__}")
         validate_seconds(commit_timeout, "commit_timeout")
+        validate_integrity(integrity)
         backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
         await backend.migrate(create=create)
-        store = cls(backend, retry=retry, commit_timeout=commit_timeout)
+        store = cls(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
         store.check_usable("from_pool")
         return store
 
@@ -1338,11 +1350,13 @@ class PostgresSession(BufferedSession):
         table_prefix: str | None = None,
         store: PostgresStore | None = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         options: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
             "commit_timeout": commit_timeout,
+            "integrity": integrity,
         }
         if store is not None:
             if not isinstance(store, PostgresStore):

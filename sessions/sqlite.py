@@ -24,7 +24,13 @@ from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 from ._backend import Batch, QuarantineEntry, Row, SessionInfo
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import (
+    DEFAULT_COMMIT_TIMEOUT,
+    DEFAULT_INTEGRITY,
+    Integrity,
+    RetryPolicy,
+    validate_integrity,
+)
 from ._session import BufferedSession
 from ._store import Store
 from ._validate import validate_seconds
@@ -586,10 +592,11 @@ class SQLiteStore(Store["SQLiteSession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, SQLiteBackend):
             raise TypeError(f"backend must be a SQLiteBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout)
+        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
         self.session_class = SQLiteSession
         self.sqlite = backend
 
@@ -602,6 +609,7 @@ class SQLiteStore(Store["SQLiteSession"]):
         busy_timeout: float = 5.0,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> SQLiteStore:
         """Open (creating if needed) the database at ``path``.
 
@@ -609,17 +617,20 @@ class SQLiteStore(Store["SQLiteSession"]):
         ``"NORMAL"`` trades the last commits on power loss (never on a process crash)
         for speed. ``busy_timeout`` is how long a commit waits for other writers.
         ``commit_timeout`` bounds how long a commit may hold its caller (seconds).
+        ``integrity``: what commits do with history the Responses API would refuse
+        (``"quarantine"``, ``"reject"`` or ``"off"``; ``docs/history.md``).
         """
         db_path = _validate_path(path)
         _validate_synchronous(synchronous)
         validate_seconds(busy_timeout, "busy_timeout", allow_zero=True)
         validate_seconds(commit_timeout, "commit_timeout")
+        validate_integrity(integrity)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         backend = await SQLiteBackend.open(
             db_path, synchronous=synchronous, busy_timeout=busy_timeout
         )
-        store = cls(backend, retry=retry, commit_timeout=commit_timeout)
+        store = cls(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
         store.check_usable("open")
         return store
 
@@ -668,11 +679,13 @@ class SQLiteSession(BufferedSession):
         synchronous: Synchronous | None = None,
         store: SQLiteStore | None = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         options: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
             "commit_timeout": commit_timeout,
+            "integrity": integrity,
         }
         if store is not None:
             if not isinstance(store, SQLiteStore):
