@@ -2,11 +2,12 @@
 
 A session's stored rows are checked in order: a row that is not a JSON object is a
 problem of its own (``not_an_object``: sessions skip such rows when reading, the
-SDK's too); the JSON objects are then judged by the pairing rules of
+SDK's too); the JSON objects are then judged by the rules of
 :func:`sessions._history.check_history` (orphan outputs, calls without outputs,
-duplicate ids...), as one finished history, unless the session holds a saved run state
-(a run waiting for approval: a call at the end may then legitimately wait for its
-output).
+duplicate ids...) as the SDK would resume the history, the way a commit is judged
+(``finished=False``): calls at the very end with nothing after them but calls, outputs
+and reasoning are pending (a run cancelled mid-tool or waiting for an approval), not
+missing their outputs; a call the conversation went past without its output is.
 
 Sources: a txsessions store (:class:`~sessions.Store`, read page by page through
 :meth:`AdminBackend.read_range`), or an SDK session database through the migration
@@ -31,7 +32,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ._backend import AdminBackend, Batch, Row, RunStateBackend
+from ._backend import AdminBackend, Batch, Row
 from ._commit import derived_batch_id, write_batches
 from ._history import check_history
 from ._migrate import Source
@@ -80,7 +81,8 @@ class SessionCheck:
     session_id: str
     rows: int
     problems: list[Problem]
-    finished: bool = True
+    finished: bool = False
+    """Judged as a finished history (see :func:`check_rows`)."""
     tail: int | None = None
     """The newest key read (txsessions stores)."""
     repaired: list[Problem] = field(default_factory=list)
@@ -114,8 +116,12 @@ def _json_object(text: str) -> tuple[dict[str, Any] | None, str]:
     return value, ""
 
 
-def check_rows(session_id: str, rows: Sequence[Row], *, finished: bool = True) -> SessionCheck:
-    """Judge a session's stored rows (oldest first); see the module docstring."""
+def check_rows(session_id: str, rows: Sequence[Row], *, finished: bool = False) -> SessionCheck:
+    """Judge a session's stored rows (oldest first); see the module docstring.
+
+    ``finished=True`` judges the end too (a call at the end without its output is then
+    missing it).
+    """
     problems: list[Problem] = []
     keys: list[int] = []
     texts: list[str] = []
@@ -189,30 +195,12 @@ async def _read_all(admin: AdminBackend, session_id: str) -> list[Row]:
         after = page[-1][0]
 
 
-async def _finished(store: Store[Any], session_id: str) -> bool:
-    """A session with a saved run state is mid-run: a call at its end may wait."""
-    backend = store.backend
-    if not isinstance(backend, RunStateBackend):
-        return True
-    text, _, _ = await backend.load_run_state(session_id)
-    return text is None
-
-
-async def _judge(store: Store[Any], session_id: str, rows: Sequence[Row]) -> SessionCheck:
-    """Rows judged as a finished history, unless a run is waiting (asked only when
-    that could matter: a history that passes as finished passes anyway)."""
-    check = check_rows(session_id, rows)
-    if check.problems and not await _finished(store, session_id):
-        check = check_rows(session_id, rows, finished=False)
-    return check
-
-
 async def _check_session(
     store: Store[Any], admin: AdminBackend, session_id: str, repair: bool
 ) -> SessionCheck:
     for _ in range(REPAIR_ATTEMPTS):
         rows = await _read_all(admin, session_id)
-        check = await _judge(store, session_id, rows)
+        check = check_rows(session_id, rows)
         planned = repair_batch(check, rows) if repair else None
         if planned is None:
             return check

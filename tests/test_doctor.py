@@ -341,7 +341,7 @@ def test_check_rows_keys_problems_by_row_and_tells_corrupt_rows_apart() -> None:
     assert check.tail == 13
 
 
-async def test_a_pending_call_of_a_session_waiting_for_approval_is_not_a_problem(
+async def test_a_pending_call_at_the_end_of_a_history_is_not_a_problem(
     tmp_path: Path,
 ) -> None:
     planted = plan(10)  # session s-00005 is PENDING
@@ -351,7 +351,8 @@ async def test_a_pending_call_of_a_session_waiting_for_approval_is_not_a_problem
     assert result["clean"] is True
     # The same rows, judged as a finished history, hold a call without an output.
     rows = list(enumerate(planted.rows["s-00005"], 1))
-    assert [p.kind for p in check_rows("s-00005", rows).problems] == ["missing_output"]
+    finished = check_rows("s-00005", rows, finished=True).problems
+    assert [p.kind for p in finished] == ["missing_output"]
 
 
 # --------------------------------------------------------------------------- SDK databases

@@ -291,7 +291,6 @@ def _session_json(check: "SessionCheck") -> dict[str, Any]:
     return {
         "session_id": check.session_id,
         "rows": check.rows,
-        "finished": check.finished,
         "problems": [_problem_json(p) for p in check.problems],
         "repaired": [_problem_json(p) for p in check.repaired],
         "error": check.error,
@@ -307,10 +306,9 @@ def _problem_line(problem: "Problem") -> str:
 def _session_lines(check: "SessionCheck") -> list[str]:
     lines: list[str] = []
     if check.problems:
-        pending = "" if check.finished else " (a run is waiting: its last calls may wait)"
         lines.append(
             f"session {literal(check.session_id)}: {plural(len(check.problems), 'problem')} in "
-            f"{plural(check.rows, 'row')}{pending}"
+            f"{plural(check.rows, 'row')}"
         )
         lines.extend(_problem_line(p) for p in check.problems)
     if check.repaired:
