@@ -453,3 +453,11 @@ async def test_doctor_usage_errors_are_one_line(tmp_path: Path) -> None:
     assert table_option.code == 2
     one_error_line(too_long, "bad session id")
     assert too_long.code == 2
+
+
+async def test_the_doctor_benchmark_runs_on_a_small_store() -> None:
+    from benchmarks.doctor import measure
+
+    figures = await measure(200, 1)
+    assert (figures["problems_found"], figures["problems_repaired"]) == (2, 2)
+    assert figures["problems_after_repair"] == 0
