@@ -318,6 +318,33 @@ async def test_a_repair_batch_is_derived_from_what_it_removes_and_applies_once(
     assert await session.get_items() == [{"role": "user", "content": "hi"}]
 
 
+async def test_a_repair_planned_before_a_concurrent_write_is_refused_and_replanned(
+    store: Any, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sessions._doctor as doctor
+
+    call = {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c1"}
+    went_past = [{"role": "user", "content": "hi"}, call, {"role": "assistant", "content": "ok"}]
+    late = {"type": "function_call_output", "call_id": "c1", "output": "late"}
+    await write_batches(store, sid, [_raw_batch(sid, [_text(i) for i in went_past])])
+    real = doctor.write_batches
+    attempts: list[str] = []
+
+    async def with_a_writer_in_between(target: Any, session_id: str, batches: Any) -> None:
+        if not attempts:  # the call's output arrives after doctor read the session
+            await real(target, session_id, [_raw_batch(session_id, [_text(late)])])
+        attempts.append(batches[0].batch_id)
+        await real(target, session_id, batches)
+
+    monkeypatch.setattr(doctor, "write_batches", with_a_writer_in_between)
+    checks = [check async for check in check_store(store, session_id=sid, repair=True)]
+    # The repair planned without the output (take the call out) was refused; judged
+    # again, the history is whole: nothing removed.
+    assert len(attempts) == 1 and checks[0].problems == [] and checks[0].repaired == []
+    assert await store.session(sid).get_items() == [*went_past, late]
+    assert await store.read_quarantine(sid) == []
+
+
 def _raw_batch(sid: str, texts: list[str]) -> Any:
     from sessions._backend import Batch
 
