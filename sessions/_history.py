@@ -129,13 +129,6 @@ def _output_key(kind: str, item: dict[str, Any]) -> str | None:
     return key if isinstance(key, str) else None
 
 
-def _moves_on(kind: str | None, item: dict[str, Any]) -> bool:
-    """Whether the run went past a pending call at this item (a new message)."""
-    if kind in CALL_OUTPUT or kind in _OUTPUT_CALL or kind == "reasoning":
-        return False
-    return True
-
-
 def _follows_reasoning(kind: str | None, item: dict[str, Any]) -> bool:
     """Whether this item may follow a reasoning item (emitted by the model with it)."""
     if kind in _OUTPUT_CALL:
@@ -160,24 +153,25 @@ class _Checker:
         self.defects.append(Defect(index, kind, call_id, message))
 
     def item(self, index: int, item: Any, after: Any) -> None:
-        if not isinstance(item, dict):
+        if type(item) is not dict:
             self.add(
                 index, "not_an_object", None, f"the item is a {item_label(item)}, not an object"
             )
             return
         kind = _type(item)
-        self._check_id(index, kind, item)
+        if "id" in item:
+            self._check_id(index, kind, item)
         if kind in CALL_OUTPUT:
             self._call(index, kind, item)
         elif kind in _OUTPUT_CALL:
             self._output(index, kind, item)
         elif kind == "reasoning":
             self._reasoning(index, after)
-        if _moves_on(kind, item):
+        else:  # a message or anything else: the run went past pending calls
             self.last_move = index
 
     def _check_id(self, index: int, kind: str | None, item: dict[str, Any]) -> None:
-        item_id = item.get("id")
+        item_id = item["id"]
         if not isinstance(item_id, str) or not item_id or kind in _ID_IS_REFERENCE:
             return
         if item_id in _PLACEHOLDER_IDS:

@@ -53,10 +53,13 @@ class _Added:
         self.owner: list[int] = []  # batch index of each item
         self.texts: list[str] = []
         for index in range(start, len(batches)):
-            for text in batches[index].items:
-                self.owner.append(index)
-                self.texts.append(text)
-        self.items = [_decode(text) for text in self.texts]
+            texts = batches[index].items
+            self.owner += [index] * len(texts)
+            self.texts += texts
+        try:  # one decode for the lot: staged texts are JSON objects (add_items checked)
+            self.items: list[Any] = json.loads(f"[{','.join(self.texts)}]")
+        except ValueError:
+            self.items = [_decode(text) for text in self.texts]
 
 
 async def _context(backend: Backend, session_id: str, added: _Added) -> list[Any]:
@@ -106,8 +109,12 @@ async def judge(
     if mode == "off" or not any(batch.items for batch in batches):
         return list(batches)
     added = _Added(batches)
-    context = await _context(backend, session_id, added)
-    defects = _defects(context, added.items)
+    context: list[Any] = []
+    defects = check_history(added.items, finished=False)
+    if any(defect.kind == "orphan_output" for defect in defects):
+        # Its call may be stored: judge again with as much of the history as it needs.
+        context = await _context(backend, session_id, added)
+        defects = _defects(context, added.items)
     if not defects:
         return list(batches)
     if mode == "reject":

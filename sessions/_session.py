@@ -484,6 +484,7 @@ class BufferedSession(AsyncResource):
                 batch = Batch(
                     uuid.uuid4().hex, False, tuple(plan.pops), tuple(texts), tail=plan.tail
                 )
+            (batch,) = await judge(store.backend, self.session_id, [batch], self.integrity)
             outcome = await apply_batches(store, self.session_id, [batch])
         if outcome.error is None:
             return True

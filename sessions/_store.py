@@ -64,8 +64,8 @@ class Store(AsyncResource, Generic[S]):
 
     ``session_class`` makes the sessions of :meth:`session`; it is called as
     ``session_class(session_id, store=store, autocommit=..., session_settings=...,
-    commit_timeout=..., integrity=...)`` (:class:`~sessions.BufferedSession` and its subclasses take
-    exactly that).
+    commit_timeout=...)``, plus ``integrity=...`` when one is given
+    (:class:`~sessions.BufferedSession` and its subclasses take exactly that).
     """
 
     session_class: Callable[..., S]
@@ -147,13 +147,16 @@ class Store(AsyncResource, Generic[S]):
         make = getattr(self, "session_class", None)
         if make is None:
             raise SessionError(f"{self._describe()} has no session_class to make sessions with")
+        options: dict[str, Any] = {}
+        if integrity is not None:  # a session_class of before issue 14 need not take it
+            options["integrity"] = integrity
         return make(  # type: ignore[no-any-return]
             session_id,
             store=self,
             autocommit=autocommit,
             session_settings=session_settings,
             commit_timeout=commit_timeout,
-            integrity=integrity,
+            **options,
         )
 
     def _describe(self) -> str:

@@ -250,6 +250,21 @@ async def test_the_compaction_hook_refuses_to_split_a_call_from_its_output(
     assert plan is not None
 
 
+@pytest.mark.parametrize("autocommit", [True, False])
+async def test_a_whole_history_replacement_is_judged_like_any_commit(
+    store: Store[Any], sid: str, autocommit: bool
+) -> None:
+    """The SDK's ``_atomic_replace_items`` hook (compaction): one commit of its own with
+    autocommit, staged otherwise; either way its items keep the rules."""
+    session = store.session(sid, autocommit=autocommit)
+    await session.add_items([user("old")])
+    await session.commit()
+    assert await session._atomic_replace_items([user(), output("function_call_output", "c1")])
+    await session.commit()
+    assert await store.session(sid).get_items() == [user()]
+    assert [e.reason.split(":")[0] for e in await store.read_quarantine(sid)] == ["orphan_output"]
+
+
 async def test_the_memory_backend_quarantines_and_rejects_like_the_others(sid: str) -> None:
     store = await MemoryStore.open()
     session = store.session(sid)
