@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, Batch
+from ._observe import HOOK, Observer, Operation, system_of
 from ._policy import BULK_NAMESPACES, DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._shield import DeadlineExceeded, shielded
 from .errors import (
@@ -55,6 +56,8 @@ class Outcome:
     """Ids of the batches known to be applied (all of them when ``error`` is ``None``)."""
     error: CommitError | None = None
     """Why not everything is known to be applied."""
+    attempts: int = 1
+    """How many times the batches were sent."""
 
 
 def retry_advice(backend: Backend) -> str:
@@ -79,7 +82,44 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
     counts the commit as in flight meanwhile (its ``close()`` waits for it).
     """
     async with store.commit_slot("commit") as backend:
-        return await _apply_with_retries(backend, store.retry, session_id, batches)
+        observer = HOOK.observer
+        if observer is None:
+            return await _apply_with_retries(backend, store.retry, session_id, batches)
+        return await _observed(observer, backend, store.retry, session_id, batches)
+
+
+async def _observed(
+    observer: Observer,
+    backend: Backend,
+    policy: RetryPolicy,
+    session_id: str,
+    batches: Sequence[Batch],
+) -> Outcome:
+    """:func:`_apply_with_retries`, reported to ``observer``."""
+    op = Operation(
+        "commit",
+        system_of(backend),
+        items=sum(len(batch.items) for batch in batches),
+        batches=len(batches),
+    )
+    observer.begin(op)
+    try:
+        outcome = await _apply_with_retries(backend, policy, session_id, batches)
+    except BaseException as exc:
+        op.outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
+        op.error_type = type(exc).__name__
+        raise
+    else:
+        op.attempts, error = outcome.attempts, outcome.error
+        if error is not None:
+            op.error_type = type(error.__cause__ or error).__name__
+            if isinstance(error, CommitConflictError):
+                op.outcome = "conflict"
+            else:
+                op.outcome = "failed" if error.outcome_known else "unknown"
+        return outcome
+    finally:
+        observer.end(op)
 
 
 async def _apply_with_retries(
@@ -113,9 +153,9 @@ async def _apply_with_retries(
                 attempts=attempt,
             )
             error.__cause__ = exc
-            return Outcome(frozenset(), error)
+            return Outcome(frozenset(), error, attempt)
         else:
-            return Outcome(_ids(batches))
+            return Outcome(_ids(batches), attempts=attempt)
     assert last is not None
     return await _give_up(backend, session_id, batches, policy.attempts, known, last)
 
@@ -137,7 +177,7 @@ async def _give_up(
             logger.info("session %r: could not resolve commit outcome: %s", session_id, probe)
         else:
             if applied == _ids(batches):
-                return Outcome(applied)
+                return Outcome(applied, attempts=attempts)
             known = known or not applied
     error = CommitError(
         f"commit of session {session_id!r} gave up after {attempts} attempt(s); outcome "
@@ -148,7 +188,7 @@ async def _give_up(
         attempts=attempts,
     )
     error.__cause__ = last
-    return Outcome(applied, error)
+    return Outcome(applied, error, attempts)
 
 
 def interrupted_error(

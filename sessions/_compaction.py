@@ -23,6 +23,7 @@ from typing import Any
 
 from ._backend import Backend
 from ._history import pairing_kept
+from ._observe import observed_load
 from ._serde import decode_item
 from ._staging import Staging
 
@@ -86,7 +87,7 @@ async def read_window(
     more = False
     if not clear:
         fetch = need + len(popped) + 1
-        rows = await backend.load(session_id, fetch)
+        rows = await observed_load(backend, session_id, fetch)
         visible = [(key, text) for key, text in rows if key not in popped]
         more = len(visible) > need
         visible = visible[max(0, len(visible) - need) :] if need else []
@@ -110,7 +111,7 @@ async def _prunable(
 ) -> list[int]:
     """Keys of the oldest stored items, up to ``before``, for which ``prune`` holds."""
     keys: list[int] = []
-    for key, text in await backend.load(session_id, None):
+    for key, text in await observed_load(backend, session_id, None):
         if key in popped:
             continue
         if before is not None and key >= before:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ._backend import Backend, Batch
 from ._history import Defect, answered_calls, calls_in, check_history, item_label
+from ._observe import observed_load
 from ._policy import Integrity
 from .errors import InvalidHistoryError
 
@@ -72,7 +73,7 @@ async def _context(backend: Backend, session_id: str, added: _Added) -> list[Any
         return []
     fetch = _FIRST_READ + len(wanted) + len(added.pops)
     while True:
-        rows = await backend.load(session_id, fetch)
+        rows = await observed_load(backend, session_id, fetch)
         items = [_decode(text) for key, text in rows if key not in added.pops]
         if len(rows) < fetch or not wanted - calls_in(items):
             return items

@@ -32,7 +32,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any
 
 from ._locks import CrossLoopLock
-from ._resource import loop_name
+from ._resource import call_name, loop_name
 from ._store import Store
 from .errors import WrongEventLoopError
 
@@ -108,7 +108,7 @@ class OwnedStores:
             return
         (first,) = self._stores
         raise WrongEventLoopError(
-            f"{operation}() on {self._describe()} from event loop {loop_name(loop)}, but "
+            f"{call_name(operation)} on {self._describe()} from event loop {loop_name(loop)}, but "
             f"{self._single_loop} was opened on event loop {loop_name(first)} and cannot be "
             "shared with another loop"
         )

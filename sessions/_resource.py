@@ -35,6 +35,12 @@ class Lifecycle(enum.Enum):
     CLOSED = "closed"
 
 
+def call_name(operation: str) -> str:
+    """``"get_items"`` -> ``"get_items()"``; an operation already written as a call
+    (``"get_items() on session 'a'"``) is kept as it is."""
+    return operation if "(" in operation else f"{operation}()"
+
+
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     return f"{type(loop).__name__} at {id(loop):#x}"
 
@@ -54,7 +60,7 @@ class AsyncResource:
 
     def _closed_error(self, operation: str) -> SessionClosedError:
         return SessionClosedError(
-            f"{operation}() on {self._describe()}: it is {self._lifecycle.value}"
+            f"{call_name(operation)} on {self._describe()}: it is {self._lifecycle.value}"
         )
 
     def _close_timeout(self) -> float | None:
@@ -86,7 +92,7 @@ class AsyncResource:
             self._loop = loop
         elif self._loop is not loop:
             raise WrongEventLoopError(
-                f"{operation}() on {self._describe()} from event loop {loop_name(loop)}, but "
+                f"{call_name(operation)} on {self._describe()} from event loop {loop_name(loop)}, but "
                 f"it belongs to event loop {loop_name(self._loop)} (each thread with its "
                 "own event loop needs its own store)"
             )

@@ -23,6 +23,7 @@ from ._compaction import Ident, plan_replacement, read_window
 from ._history import first_valid_start
 from ._integrity import judge
 from ._locks import CrossLoopLock
+from ._observe import observed_load
 from ._owned import OwnedStores
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, validate_integrity
 from ._resource import AsyncResource
@@ -702,7 +703,7 @@ class BufferedSession(AsyncResource):
         backend = await self._backend("get_items")
         fetch = None if need is None else need + len(exclude)
         while True:
-            rows = await backend.load(self.session_id, fetch)
+            rows = await observed_load(backend, self.session_id, fetch)
             kept = [row for row in rows if row[0] not in exclude] if exclude else rows
             keys, values = decode_rows(kept, self.session_id)
             if need is None:
@@ -759,16 +760,15 @@ class BufferedSession(AsyncResource):
         """With the lock held: send every staged batch through the commit path."""
         store = await self._ready_store("commit")
         if self.integrity != "off" and store.backend.idempotent:
-            # Judge no batch that may already be stored (a resent batch in doubt): ask
-            # first. (A non-idempotent backend, the wrapper's, resends as before.)
-            await self._settle("commit")
+            await self._settle_before_judging()
+        doubtful = set(self._staging.unresolved())
         batches = self._staging.seal()
         if not batches:
             return
         try:
             batches = await judge(store.backend, self.session_id, batches, self.integrity)
         except BaseException as exc:
-            self._staging.failed(known=True)  # nothing was sent
+            self._staging.failed(known=True, unknown=doubtful)  # nothing was sent
             if isinstance(exc, StorageError):
                 raise CommitError(
                     f"commit of session {self.session_id!r} failed reading the history it "
@@ -788,6 +788,20 @@ class BufferedSession(AsyncResource):
         if outcome.error is not None:
             self._staging.failed(known=outcome.error.outcome_known)
             raise outcome.error
+
+    async def _settle_before_judging(self) -> None:
+        """Judge no batch that may already be stored (a resent batch in doubt): ask the
+        database first. (A non-idempotent backend, the wrapper's, resends as before.)"""
+        try:
+            await self._settle("commit")
+        except StorageError as exc:
+            raise CommitError(
+                f"commit of session {self.session_id!r}: the outcome of an earlier "
+                f"commit is still unknown (the database did not answer: {exc}); "
+                "changes still staged, commit() again is safe",
+                session_id=self.session_id,
+                outcome_known=False,
+            ) from exc
 
 
 async def _never(start: int, output: list[Any]) -> bool:

@@ -124,6 +124,7 @@ class MemoryBackend:
 
     atomic = True
     idempotent = True
+    system = "memory"
 
     def __init__(self) -> None:
         self._sessions: dict[str, _History] = {}

@@ -31,6 +31,7 @@ import asyncio
 import collections
 import hashlib
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -39,6 +40,7 @@ from typing import Any, TypeVar
 import asyncpg  # type: ignore[import-untyped]
 
 from ._backend import Batch, QuarantineEntry, Row, SessionInfo
+from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
     DEFAULT_INTEGRITY,
@@ -566,6 +568,7 @@ class PostgresBackend:
 
     atomic = True
     idempotent = True
+    system = "postgresql"
 
     def __init__(
         self,
@@ -652,6 +655,8 @@ class PostgresBackend:
         terminated (the server then aborts whatever transaction it had open).
         """
         phase = _Phase()
+        observer = HOOK.observer
+        waited = time.perf_counter() if observer is not None else 0.0
         try:
             conn = await self._pool.acquire()
         except Exception as exc:
@@ -659,6 +664,8 @@ class PostgresBackend:
             if error is None:
                 raise
             raise error from exc
+        if observer is not None:
+            observer.pool_wait(self.system, time.perf_counter() - waited)
         clean = False
         try:
             result = await fn(conn, phase)
@@ -803,6 +810,9 @@ class PostgresBackend:
         one transaction.
         """
         self._grouper.count(group)
+        observer = HOOK.observer
+        if observer is not None:
+            observer.group(self.system, len(group))
         args = _group_args(group)
         phase.commit_sent = True  # autocommit: the statement(s) are the commit
         if len(args) == 1:

@@ -24,6 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Literal, TypeVar
 
 from ._backend import Batch, QuarantineEntry, Row, SessionInfo
+from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
     DEFAULT_INTEGRITY,
@@ -425,6 +426,7 @@ class SQLiteBackend:
 
     atomic = True
     idempotent = True
+    system = "sqlite"
 
     def __init__(self, worker: Worker, path: str) -> None:
         self._worker = worker
@@ -488,6 +490,10 @@ class SQLiteBackend:
             index = 0
             self._worker.submit(group)
         outcome = await asyncio.shield(group.done)
+        if index == 0 and not isinstance(outcome, BaseException):
+            observer = HOOK.observer
+            if observer is not None:
+                observer.group(self.system, len(outcome))
         error = outcome if isinstance(outcome, BaseException) else outcome[index]
         if error is None:
             return

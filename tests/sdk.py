@@ -34,6 +34,9 @@ SINCE: dict[str, tuple[int, ...]] = {
     # The runner saves the input before the first model call and each turn's items as
     # the turn ends (before: the whole run in one add_items call at its end)
     "per_turn_saves": (0, 3, 0),
+    # Runner.run* accept a list input together with a session (0.2.x: UserError "Cannot
+    # provide both a session and a list of input items")
+    "list_input_with_session": (0, 3, 0),
     # RunConfig(session_input_callback=...)
     "session_input_callback": (0, 3, 0),
     # agents.extensions.memory.encrypt_session.EncryptedSession
@@ -44,6 +47,9 @@ SINCE: dict[str, tuple[int, ...]] = {
     # before it cleans up, so the streamed-run race of 0.2.x and 0.3.x is gone
     "cancel_mode": (0, 4, 0),
     "no_stream_cleanup_race": (0, 4, 0),
+    # Runner.run_sync works in a thread with no event loop set (it makes one; before:
+    # asyncio.get_event_loop() raised "There is no current event loop in thread ...")
+    "run_sync_in_any_thread": (0, 5, 0),
     # agents.extensions.memory.AsyncSQLiteSession
     "AsyncSQLiteSession": (0, 7, 0),
     # stream_events() re-raises its consumer's cancellation (before: ended the stream)
@@ -55,6 +61,9 @@ SINCE: dict[str, tuple[int, ...]] = {
     "approvals": (0, 8, 0),
     # agents.memory.session_settings.coerce_session_settings
     "coerce_session_settings": (0, 19, 0),
+    # With a session_input_callback, the runner saves only the turn's new input items
+    # (before: whatever the callback returned beyond the history, duplicates included)
+    "input_callback_saves_new_items_only": (0, 10, 3),
     # agents.testing (ScriptedModel and friends)
     "agents.testing": (0, 21, 0),
 }

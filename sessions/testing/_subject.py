@@ -102,6 +102,7 @@ class _HookedBackend:
         self._hooks = hooks
         self.atomic = inner.atomic
         self.idempotent = inner.idempotent
+        self.system = getattr(inner, "system", "other")
 
     async def load(self, session_id: str, limit: int | None) -> list[Row]:
         return await self._inner.load(session_id, limit)

@@ -13,10 +13,17 @@ from typing import Any
 
 import pytest
 
-from sessions import MemoryStore, Store, TransactionalSession, open_store
+from sessions import MemoryStore, RetryPolicy, Store, TransactionalSession, open_store
 from sessions._history import CALL_OUTPUT, RULES
-from sessions.errors import InvalidHistoryError, InvalidItemError
+from sessions._staging import Staging
+from sessions.errors import (
+    CommitError,
+    InvalidHistoryError,
+    InvalidItemError,
+    TransientStorageError,
+)
 from tests.conftest import Target
+from tests.contract.proxy import install_proxy
 
 
 def user(text: str = "hi") -> dict[str, Any]:
@@ -337,3 +344,46 @@ async def test_the_wrapper_rejects_by_default_and_refuses_quarantine() -> None:
     await wrapped.commit()
     assert len(inner.items) == 3
     await wrapped.close()
+
+
+async def test_a_commit_that_cannot_settle_an_earlier_unknown_outcome_is_a_commit_error(
+    target: Target, sid: str
+) -> None:
+    """Before judging, a batch whose earlier commit has an unknown outcome is settled by
+    id (never judged against itself); if the database cannot answer, the commit fails
+    with ``CommitError(outcome_known=False)``, changes still staged, and a later commit
+    applies the batch once."""
+    store = await target.open(retry=RetryPolicy(attempts=1))
+    proxy = install_proxy(store)
+    session = store.session(sid)
+    await session.add_items([user(), call("function_call", "c1")])
+
+    async def lost() -> None:
+        raise TransientStorageError("connection lost", outcome_known=False)
+
+    proxy.after_apply = lost  # applied, but the caller cannot tell
+    proxy.before_applied = lost
+    with pytest.raises(CommitError) as first:
+        await session.commit()
+    assert first.value.outcome_known is False
+    proxy.after_apply = None
+    await session.add_items([output("function_call_output", "c1")])
+    with pytest.raises(CommitError) as second:
+        await session.commit()
+    assert second.value.outcome_known is False and session.pending.items == 3
+    proxy.before_applied = None
+    await session.commit()
+    assert len(await store.session(sid).get_items()) == 3  # once, nothing quarantined
+    assert await store.read_quarantine(sid) == []
+
+
+def test_a_rejected_commit_leaves_batches_of_unknown_outcome_in_doubt() -> None:
+    staging = Staging()
+    staging.add(['{"role":"user","content":"a"}'])
+    (batch,) = staging.seal()
+    staging.failed(known=False)
+    staging.add(['{"role":"user","content":"b"}'])
+    doubtful = set(staging.unresolved())
+    staging.seal()
+    staging.failed(known=True, unknown=doubtful)  # as after an InvalidHistoryError
+    assert staging.unresolved() == [batch.batch_id]
