@@ -28,7 +28,7 @@ checked again.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -266,21 +266,19 @@ async def _ids(store: Store[Any], page_size: int) -> AsyncIterator[str]:
 
 
 async def check_source(
-    source: Source,
-    *,
-    session_id: str | None = None,
-    on_total: Callable[[int], None] | None = None,
+    source: Source, *, session_id: str | None = None
 ) -> AsyncIterator[SessionCheck]:
-    """Check the sessions of an SDK session database (read-only), or just one.
+    """Check the sessions of an SDK session database (read-only), or just one
+    (:class:`~sessions.errors.SessionError` if the database does not have it).
 
     Rows are keyed by their position in the session (1 for the oldest), in the order
-    the SDK reads them.
+    the SDK reads them. Memory holds the list of session ids and one session's rows.
     """
     sessions = await source.sessions()
     if session_id is not None:
         sessions = [entry for entry in sessions if entry[0] == session_id]
-    if on_total is not None:
-        on_total(len(sessions))
+        if not sessions:
+            raise SessionError(f"unknown session {session_id!r} in {source.description}")
     for sid, _count in sessions:
         rows: list[Row] = []
         async for page in source.rows(sid, PAGE):

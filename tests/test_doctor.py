@@ -415,6 +415,9 @@ async def test_doctor_reads_an_sdk_sqlite_session_file_and_refuses_to_repair_it(
     one_error_line(repair, "--repair", "sessions migrate")
     assert repair.code == 2
     assert one.code == 0 and _report(one)["checked_sessions"] == 1
+    unknown = await cli("doctor", "nobody", "--json", "--db", url)
+    one_error_line(unknown, "unknown session 'nobody'")
+    assert unknown.out == ""  # no half-written JSON before the error
     assert path.read_bytes() == before  # read-only
 
 

@@ -188,8 +188,6 @@ async def _doctor_sdk(
         schema=tables.schema,
     )
     try:
-        if session_id is not None and all(sid != session_id for sid, _ in await source.sessions()):
-            fail(f"unknown session {session_id!r} in {source.description}")
         report.start("sdk", source.description)
         return await report.consume(check_source(source, session_id=session_id))
     finally:
@@ -209,13 +207,19 @@ class _Report:
         self.database = ""
         self.sessions = self.rows = self.found = self.remaining = 0
         self.repaired = self.repaired_sessions = self.failed = self.quarantined = 0
+        self.kind = ""
         self._json: JsonObjectStream | None = None
 
     def start(self, kind: str, database: str) -> None:
-        self.database = database
-        if self.as_json:
-            head = {"database": self.database, "kind": kind}
+        self.kind, self.database = kind, database
+
+    def _stream(self) -> JsonObjectStream:
+        """The JSON report, begun with the first thing to print (an error before
+        that leaves standard output empty)."""
+        if self._json is None:
+            head = {"database": self.database, "kind": self.kind}
             self._json = JsonObjectStream(head, "sessions")
+        return self._json
 
     async def consume(self, checks: AsyncIterator["SessionCheck"]) -> int:
         with progress("checking sessions", None) as bar:
@@ -238,8 +242,8 @@ class _Report:
         self.quarantined += len(check.quarantine)
 
     def _session(self, check: "SessionCheck") -> None:
-        if self._json is not None:
-            self._json.add(json_text(_session_json(check)))
+        if self.as_json:
+            self._stream().add(json_text(_session_json(check)))
             return
         for line in _session_lines(check):
             say(line)
@@ -256,8 +260,8 @@ class _Report:
             "quarantined_rows": self.quarantined,
             "clean": not self.remaining,
         }
-        if self._json is not None:
-            self._json.close(summary)
+        if self.as_json:
+            self._stream().close(summary)
             return
         say(
             f"checked {plural(self.sessions, 'session')} ({plural(self.rows, 'row')}) "
