@@ -14,7 +14,7 @@ from urllib.parse import quote
 import typer
 
 from .._redact import redact
-from .options import Db, Json, database_url, opened
+from .options import Db, database_url, opened
 from .render import (
     JsonObjectStream,
     UsageError,
@@ -46,7 +46,7 @@ def doctor_cmd(
     ctx: typer.Context,
     session_id: Annotated[
         str | None,
-        typer.Argument(metavar="[SESSION]", help="Check only this session.", show_default=False),
+        typer.Argument(metavar="ID", help="Check only this session.", show_default=False),
     ] = None,
     db: Db = None,
     repair: Annotated[
@@ -57,19 +57,23 @@ def doctor_cmd(
             "commit per session; nothing is deleted for good).",
         ),
     ] = False,
-    as_json: Json = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the report as one JSON object.")
+    ] = False,
     sdk: Annotated[bool, typer.Option("--sdk", help=_HELP_SDK)] = False,
     sessions_table: Annotated[
         str | None,
-        typer.Option("--sessions-table", help="The SDK's sessions table (with --sdk)."),
+        typer.Option("--sessions-table", help="The SDK's sessions table (SDK databases)."),
     ] = None,
     messages_table: Annotated[
         str | None,
-        typer.Option("--messages-table", help="The SDK's messages table (with --sdk)."),
+        typer.Option("--messages-table", help="The SDK's messages table (SDK databases)."),
     ] = None,
     source_schema: Annotated[
         str | None,
-        typer.Option("--source-schema", help="PostgreSQL schema of the SDK's tables (with --sdk)."),
+        typer.Option(
+            "--source-schema", help="PostgreSQL schema of the SDK's tables (SDK databases)."
+        ),
     ] = None,
 ) -> int:
     """Find history the Responses API would reject: orphan tool outputs, calls without
@@ -124,7 +128,9 @@ async def _doctor(
         return await _doctor_sdk(url, session_id, tables, report)
     option = tables.given()
     if option is not None:
-        raise UsageError(f"{option} applies to SDK databases only (--sdk)", "sessions doctor")
+        raise UsageError(
+            f"{option} applies to SDK session databases only (see --sdk)", "sessions doctor"
+        )
     return await _doctor_store(url, session_id, repair, report)
 
 
