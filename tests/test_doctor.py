@@ -12,6 +12,7 @@ import json
 import sqlite3
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +24,7 @@ from sessions import open_store
 from sessions._commit import write_batches
 from sessions._doctor import check_rows, check_store, repair_batch
 
-from .conftest import PG_DSN, Target
+from .conftest import PG_DSN, Target, require_postgres
 from .test_cli import Result, cli, one_error_line
 
 SIZES = {"sqlite": 10_000, "postgres": 500}
@@ -436,6 +437,45 @@ async def test_doctor_reads_sqlalchemy_session_tables_by_their_url(tmp_path: Pat
     report = _report(result)
     assert result.code == 1 and report["kind"] == "sdk"
     assert _found(report) == {("chat", 1, "missing_output")}
+
+
+@pytest.fixture
+async def sdk_pg_schema() -> AsyncIterator[str]:
+    """A throwaway PostgreSQL schema for the SDK's SQLAlchemySession tables."""
+    require_postgres()
+    import asyncpg
+
+    name = f"txs_sdk_{uuid.uuid4().hex[:10]}"
+    conn = await asyncpg.connect(PG_DSN)
+    try:
+        await conn.execute(f'CREATE SCHEMA "{name}"')
+        yield name
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def test_doctor_sdk_reads_sqlalchemy_session_tables_on_postgres(
+    sdk_pg_schema: str,
+) -> None:
+    pytest.importorskip("sqlalchemy")
+    from agents.extensions.memory import SQLAlchemySession
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    url = PG_DSN.replace("postgresql://", "postgresql+asyncpg://", 1)
+    engine = create_async_engine(
+        url, connect_args={"server_settings": {"search_path": sdk_pg_schema}}
+    )
+    try:
+        session = SQLAlchemySession("pg", engine=engine, create_tables=True)
+        orphan = {"type": "function_call_output", "call_id": "gone", "output": "x"}
+        await session.add_items([{"role": "user", "content": "hi"}, orphan])  # type: ignore[list-item]
+    finally:
+        await engine.dispose()
+    scan = await cli("doctor", "--sdk", "--source-schema", sdk_pg_schema, "--json", "--db", url)
+    report = _report(scan)
+    assert scan.code == 1 and report["kind"] == "sdk"
+    assert _found(report) == {("pg", 2, "orphan_output")}
 
 
 async def test_user_text_in_the_report_is_shown_literally_and_json_stays_exact(
