@@ -16,7 +16,8 @@ async def test_many_turns_retain_nothing_and_memory_stays_flat(
     with capsys.disabled():
         print(
             f"\n{target.kind}: {figures.turns} turns after warm-up: growth {figures.growth_bytes} B "
-            f"({figures.per_turn_bytes:.1f} B/turn), retained agents {figures.retained_agents}, "
+            f"({figures.per_turn_bytes:.1f} B/turn; ours {figures.ours_bytes} B), "
+            f"retained agents {figures.retained_agents}, "
             f"results {figures.retained_results}"
         )
     assert not figures.problems, "\n".join(figures.problems)
