@@ -63,11 +63,19 @@ def _run_line(results: Result, *, ratios: bool = True) -> str:
     meta = results["meta"]
     m = meta["machine"]
     load = m.get("loadavg_start")
+    end = meta.get("loadavg_end")
     line = (
         f"Latest full run: {m['date']}. {_report.source_line(meta)} Machine (detected): "
         f"{m.get('cores')} CPU cores ({m['cpu']}), {m['ram_gb']} GB RAM; load average at "
-        f"start {load}."
+        f"start {load}"
     )
+    line += f", at end {end}." if end else "."
+    cores = m.get("cores") or 1
+    if end and max(end) > cores / 2:
+        line += (
+            " The machine was busy during the run (other work shared its cores); "
+            "read the ratios with that in mind."
+        )
     if ratios:
         line += " Ratios are ours ÷ theirs, medians of interleaved rounds in one process."
     return line

@@ -11,7 +11,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from ._backend import AdminBackend, Backend, Batch, QuarantineEntry, SessionInfo
+from ._backend import (
+    AdminBackend,
+    Backend,
+    Batch,
+    CatalogueBackend,
+    QuarantineEntry,
+    SessionFilter,
+    SessionInfo,
+)
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
@@ -29,6 +37,7 @@ __all__ = [
     "Backend",
     "Batch",
     "BufferedSession",
+    "CatalogueBackend",
     "MemoryBackend",
     "MemorySession",
     "MemoryStore",
@@ -40,6 +49,7 @@ __all__ = [
     "RunStateRecord",
     "SQLiteSession",
     "SQLiteStore",
+    "SessionFilter",
     "SessionInfo",
     "Store",
     "TransactionalSession",

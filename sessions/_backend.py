@@ -9,18 +9,21 @@ every backend. ``docs/architecture.md`` explains how to add one.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "AdminBackend",
     "Backend",
     "Batch",
+    "CatalogueBackend",
+    "InfoChange",
     "QuarantineEntry",
     "Row",
     "RunStateBackend",
     "RunStateChange",
+    "SessionFilter",
     "SessionInfo",
 ]
 
@@ -47,6 +50,23 @@ class RunStateChange:
 
 
 @dataclass(frozen=True, slots=True)
+class InfoChange:
+    """A change of a session's catalogue entry, applied with the batch that carries it.
+
+    Only the fields named in ``fields`` change (validated by the core,
+    :mod:`sessions._catalogue`): ``user_id``, ``title``, ``tags`` (sorted, unique),
+    ``metadata`` (JSON text of an object) and ``ttl`` (seconds); ``None`` clears one.
+    """
+
+    fields: frozenset[str]
+    user_id: str | None = None
+    title: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: str | None = None
+    ttl: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Batch:
     """One unit of commit: applied whole or not at all, and at most once per id.
 
@@ -67,6 +87,13 @@ class Batch:
       :class:`~sessions.errors.ConflictError` and nothing is applied.
     * ``run_state``: a :class:`RunStateChange`, applied in the same transaction (only
       backends implementing :class:`RunStateBackend` are given one).
+    * ``info``: an :class:`InfoChange` of the session's catalogue entry, applied in the
+      same transaction (only backends implementing :class:`CatalogueBackend`).
+    * ``expect_version``: the session's version (see :attr:`SessionInfo.version`) the
+      batch was prepared against. Every applied batch advances the version by one; if
+      the version before this batch is not ``expect_version``, the backend raises
+      :class:`~sessions.errors.VersionConflictError` and nothing is applied. Checked
+      only when the batch is applied (not when it is skipped as already applied).
 
     ``quarantine``: ``(reason, json_text)`` pairs, items the core took out of the batch
     because they break a history rule (``integrity="quarantine"``, see
@@ -81,13 +108,21 @@ class Batch:
     restore_times: tuple[datetime, datetime] | None = None
     tail: int | None = None
     run_state: RunStateChange | None = None
+    info: InfoChange | None = None
+    expect_version: int | None = None
     quarantine: tuple[tuple[str, str], ...] = ()
 
     @property
     def plain(self) -> bool:
-        """Neither condition, run-state write nor quarantine: only ``clear``, ``pops``
-        and ``items``."""
-        return self.tail is None and self.run_state is None and not self.quarantine
+        """No condition, run-state, catalogue or quarantine write: only ``clear``,
+        ``pops``, ``items``."""
+        return (
+            self.tail is None
+            and self.run_state is None
+            and self.info is None
+            and self.expect_version is None
+            and not self.quarantine
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,12 +142,35 @@ class QuarantineEntry:
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """Metadata kept per session by the store."""
+    """Metadata kept per session by the store (the catalogue fields: ``docs/catalogue.md``)."""
 
     session_id: str
     item_count: int
     created_at: datetime
     updated_at: datetime
+    user_id: str | None = None
+    title: str | None = None
+    tags: tuple[str, ...] = ()
+    metadata: dict[str, Any] | None = field(default=None, hash=False)
+    ttl: timedelta | None = None
+    """The session's own idle time-to-live (``None``: the store's default applies)."""
+    version: int = 0
+    """Advances by one with every applied batch (``0``: never committed to)."""
+
+    def expires_at(self, default_ttl: timedelta | None = None) -> datetime | None:
+        """When :meth:`~sessions.Store.purge` may delete it: ``updated_at`` plus its own
+        TTL, else ``default_ttl`` (``None``: never)."""
+        ttl = self.ttl if self.ttl is not None else default_ttl
+        return None if ttl is None else self.updated_at + ttl
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFilter:
+    """Which sessions a catalogue listing or count covers (``None``: any)."""
+
+    user_id: str | None = None
+    tag: str | None = None
+    updated_after: datetime | None = None
 
 
 @runtime_checkable
@@ -203,4 +261,44 @@ class AdminBackend(Protocol):
         Ids that start with one of ``keep_prefixes`` (the bulk writers' ids, see
         :func:`sessions._commit.derived_batch_id`) are kept, however old.
         """
+        ...
+
+
+@runtime_checkable
+class CatalogueBackend(Protocol):
+    """A backend that keeps the session catalogue (user, title, tags, metadata, TTL,
+    version): :attr:`Batch.info` and :attr:`Batch.expect_version` are applied, and
+    listing, counting, expiry and per-user erasure are indexed queries."""
+
+    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
+        """:meth:`Backend.load` and the session's version, from one snapshot."""
+        ...
+
+    async def find_sessions(
+        self, where: SessionFilter, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        """Sessions matching ``where``, ordered by id, the first ``limit`` after ``after``."""
+        ...
+
+    async def count_sessions(self, where: SessionFilter) -> int:
+        """How many sessions match ``where``."""
+        ...
+
+    async def expired_sessions(
+        self, now: datetime, default_ttl: float | None, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        """Sessions whose TTL (their own, else ``default_ttl`` seconds) has elapsed at
+        ``now`` since ``updated_at``; ordered by id, the first ``limit`` after ``after``."""
+        ...
+
+    async def delete_expired(
+        self, session_id: str, now: datetime, default_ttl: float | None
+    ) -> bool:
+        """Delete a session as :meth:`AdminBackend.delete_session` does, only if (inside
+        that transaction) its TTL has still elapsed at ``now``."""
+        ...
+
+    async def delete_user(self, user_id: str) -> list[str]:
+        """Delete every session of ``user_id`` (items, batch records, run states,
+        catalogue rows) in one transaction; the ids of the deleted sessions."""
         ...

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ._backend import Batch
+from ._backend import Batch, InfoChange
 from ._commit import derived_batch_id, write_batches
 
 if TYPE_CHECKING:
@@ -60,6 +60,8 @@ class ChunkWriter:
         self.progress = progress
         self.total = total
         self.restore_times = restore_times
+        #: The session's catalogue entry, written with the marker (import of a new one).
+        self.info: InfoChange | None = None
         self.added = 0
         self.already_present = 0
         self._pending: list[str] = []
@@ -83,7 +85,7 @@ class ChunkWriter:
         A session without items takes ``restore_times`` from its marker.
         """
         times = self.restore_times if self.total == 0 else None
-        batch = Batch(self.marker_id(*facts), False, (), (), times)
+        batch = Batch(self.marker_id(*facts), False, (), (), times, info=self.info)
         if not await self.present(batch.batch_id):
             await self._write(batch)
 

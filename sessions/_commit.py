@@ -26,9 +26,11 @@ from ._shield import DeadlineExceeded, shielded
 from .errors import (
     CommitConflictError,
     CommitError,
+    CommitVersionConflictError,
     ConflictError,
     StorageError,
     TransientStorageError,
+    VersionConflictError,
 )
 
 if TYPE_CHECKING:
@@ -144,20 +146,30 @@ async def _apply_with_retries(
                 )
                 await asyncio.sleep(delay)
         except StorageError as exc:  # the database rolled the transaction back
-            kind = CommitConflictError if isinstance(exc, ConflictError) else CommitError
-            error = kind(
-                f"commit of session {session_id!r} failed and was rolled back "
-                f"(nothing applied; changes still staged): {exc}",
-                session_id=session_id,
-                outcome_known=True,
-                attempts=attempt,
-            )
+            error = _rolled_back(session_id, exc, attempt)
             error.__cause__ = exc
             return Outcome(frozenset(), error, attempt)
         else:
             return Outcome(_ids(batches), attempts=attempt)
     assert last is not None
     return await _give_up(backend, session_id, batches, policy.attempts, known, last)
+
+
+def _rolled_back(session_id: str, exc: StorageError, attempt: int) -> CommitError:
+    message = (
+        f"commit of session {session_id!r} failed and was rolled back "
+        f"(nothing applied; changes still staged): {exc}"
+    )
+    if isinstance(exc, VersionConflictError):
+        return CommitVersionConflictError(
+            message,
+            session_id=session_id,
+            expected_version=exc.expected,
+            current_version=exc.actual,
+            attempts=attempt,
+        )
+    kind = CommitConflictError if isinstance(exc, ConflictError) else CommitError
+    return kind(message, session_id=session_id, outcome_known=True, attempts=attempt)
 
 
 async def _give_up(

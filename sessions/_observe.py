@@ -12,9 +12,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ._backend import Backend, Row
+from ._backend import Backend, CatalogueBackend, Row
 
-__all__ = ["HOOK", "Observer", "Operation", "install", "observed_load", "system_of"]
+__all__ = [
+    "HOOK",
+    "Observer",
+    "Operation",
+    "install",
+    "observed_load",
+    "observed_load_versioned",
+    "system_of",
+]
 
 
 @dataclass(slots=True)
@@ -95,6 +103,27 @@ async def observed_load(backend: Backend, session_id: str, limit: int | None) ->
     else:
         op.items = len(rows)
         return rows
+    finally:
+        observer.end(op)
+
+
+async def observed_load_versioned(
+    backend: CatalogueBackend, session_id: str, limit: int | None
+) -> tuple[list[Row], int]:
+    """``backend.load_versioned(...)``, reported as a load when an observer is installed."""
+    observer = HOOK.observer
+    if observer is None:
+        return await backend.load_versioned(session_id, limit)
+    op = Operation("load", system_of(backend))
+    observer.begin(op)
+    try:
+        rows, version = await backend.load_versioned(session_id, limit)
+    except BaseException as exc:
+        op.outcome, op.error_type = _failure(exc), type(exc).__name__
+        raise
+    else:
+        op.items = len(rows)
+        return rows, version
     finally:
         observer.end(op)
 

@@ -17,13 +17,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._backend import Backend, Batch, RunStateBackend
+from ._backend import Backend, Batch, CatalogueBackend, Row, RunStateBackend
+from ._catalogue import KEEP, info_change
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
 from ._history import first_valid_start
 from ._integrity import judge
 from ._locks import CrossLoopLock
-from ._observe import observed_load
+from ._observe import observed_load, observed_load_versioned
 from ._owned import OwnedStores
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, validate_integrity
 from ._resource import AsyncResource
@@ -160,6 +161,7 @@ class BufferedSession(AsyncResource):
         self._staging = Staging()
         self._lock = CrossLoopLock()
         self._token = object()
+        self._version: int | None = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -207,6 +209,15 @@ class BufferedSession(AsyncResource):
     def has_pending(self) -> bool:
         """``True`` when there is anything staged that ``commit()`` would apply."""
         return bool(self._staging)
+
+    @property
+    def version(self) -> int | None:
+        """The session's stored version as this session last saw it: set by a read of
+        stored history (``get_items()``) and by ``commit(expected_version=...)``;
+        ``None`` before that, after a commit without ``expected_version`` (other writers
+        may have committed in between: read again), or where the backend keeps no
+        versions. See :meth:`commit`."""
+        return self._version
 
     @property
     def store(self) -> Store[Any] | None:
@@ -290,6 +301,39 @@ class BufferedSession(AsyncResource):
         async with self._lock:
             await self._settle("clear_session")
             self._staging.clear()
+
+    # ------------------------------------------------------------------ catalogue
+
+    def set_info(
+        self,
+        *,
+        user_id: Any = KEEP,
+        title: Any = KEEP,
+        tags: Any = KEEP,
+        metadata: Any = KEEP,
+        ttl: Any = KEEP,
+    ) -> None:
+        """Stage a change of this session's catalogue entry, applied by the next commit
+        in the same transaction as the items staged with it (or alone).
+
+        ``user_id`` and ``title``: a str (``None`` clears it); ``tags``: a collection of
+        short str (stored as a sorted set; ``None`` or empty: none); ``metadata``: a
+        JSON object (a dict; ``None`` clears it); ``ttl``: a ``timedelta``, this
+        session's idle time-to-live for :meth:`~sessions.Store.purge` (``None``: the
+        store's default). Fields not given stay as they are. Validated now (a
+        ``TypeError`` or ``ValueError`` names what is wrong; nothing is staged then).
+        Never suspends; with ``autocommit`` it waits for the next write or ``commit()``.
+        """
+        self._check_open("set_info")
+        change = info_change(user_id=user_id, title=title, tags=tags, metadata=metadata, ttl=ttl)
+        store = self.store
+        if store is not None and not isinstance(store.backend, CatalogueBackend):
+            raise SessionError(
+                f"set_info() on session {self.session_id!r}: "
+                f"{type(store.backend).__name__} keeps no session catalogue"
+            )
+        if not self._refuse_late_write("set_info", 1):
+            self._staging.set_info(change)
 
     # ------------------------------------------------------------------ run state
 
@@ -495,8 +539,14 @@ class BufferedSession(AsyncResource):
 
     # ------------------------------------------------------------------ transactions
 
-    async def commit(self) -> None:
+    async def commit(self, *, expected_version: int | None = None) -> None:
         """Apply every staged change in one database transaction.
+
+        ``expected_version`` (optimistic concurrency): apply only if the session's
+        stored version is still this one (typically :attr:`version` after a read);
+        otherwise raise :class:`~sessions.errors.CommitVersionConflictError` with
+        nothing applied and the changes still staged. On success :attr:`version` is
+        the new version. Every applied batch advances the version by one.
 
         Shielded and bounded: if the caller is cancelled while the commit is in flight,
         the commit still runs to its outcome and ``CancelledError`` is raised afterwards,
@@ -508,9 +558,25 @@ class BufferedSession(AsyncResource):
         id first). With nothing staged it returns at once.
         """
         self._check_open("commit")
+        if expected_version is not None:
+            if isinstance(expected_version, bool) or not isinstance(expected_version, int):
+                raise TypeError(
+                    f"expected_version must be an int or None, got {type(expected_version).__name__}"
+                )
+            if expected_version < 0:
+                raise ValueError(f"expected_version must be >= 0, got {expected_version}")
         if not self._staging:
             return
-        await self._shield(self._commit_now)
+        if expected_version is None:
+            await self._shield(self._commit_now)
+            return
+
+        async def conditional() -> None:
+            async with self._lock:
+                await self._settle("commit")
+                await self._commit_locked(expected_version)
+
+        await self._shield(conditional)
 
     async def rollback(self) -> None:
         """Discard every staged change. Never touches the database."""
@@ -703,7 +769,7 @@ class BufferedSession(AsyncResource):
         backend = await self._backend("get_items")
         fetch = None if need is None else need + len(exclude)
         while True:
-            rows = await observed_load(backend, self.session_id, fetch)
+            rows = await self._load(backend, fetch)
             kept = [row for row in rows if row[0] not in exclude] if exclude else rows
             keys, values = decode_rows(kept, self.session_id)
             if need is None:
@@ -712,6 +778,13 @@ class BufferedSession(AsyncResource):
                 cut = max(len(values) - need, 0)
                 return keys[cut:], values[cut:]
             fetch = fetch * 2 + (need - len(values))
+
+    async def _load(self, backend: Backend, limit: int | None) -> list[Row]:
+        """Stored rows; records the session's version where the backend keeps one."""
+        if isinstance(backend, CatalogueBackend):
+            rows, self._version = await observed_load_versioned(backend, self.session_id, limit)
+            return rows
+        return await observed_load(backend, self.session_id, limit)
 
     async def _stage_pop(self) -> tuple[Any, int | None]:
         """Stage one pop; returns the item and, if it was stored, its row key."""
@@ -756,15 +829,21 @@ class BufferedSession(AsyncResource):
         async with self._lock:
             await self._commit_locked()
 
-    async def _commit_locked(self) -> None:
+    async def _commit_locked(self, expected_version: int | None = None) -> None:
         """With the lock held: send every staged batch through the commit path."""
         store = await self._ready_store("commit")
+        if expected_version is not None and not isinstance(store.backend, CatalogueBackend):
+            raise SessionError(
+                f"commit(expected_version=...) on session {self.session_id!r}: "
+                f"{type(store.backend).__name__} keeps no session versions"
+            )
         if self.integrity != "off" and store.backend.idempotent:
             await self._settle_before_judging()
         doubtful = set(self._staging.unresolved())
-        batches = self._staging.seal()
+        batches = self._staging.seal(expected_version)
         if not batches:
             return
+        self._version = None
         try:
             batches = await judge(store.backend, self.session_id, batches, self.integrity)
         except BaseException as exc:
@@ -788,6 +867,8 @@ class BufferedSession(AsyncResource):
         if outcome.error is not None:
             self._staging.failed(known=outcome.error.outcome_known)
             raise outcome.error
+        if expected_version is not None:
+            self._version = expected_version + len(batches)
 
     async def _settle_before_judging(self) -> None:
         """Judge no batch that may already be stored (a resent batch in doubt): ask the

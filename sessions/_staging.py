@@ -36,7 +36,8 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from ._backend import Batch, RunStateChange
+from ._backend import Batch, InfoChange, RunStateChange
+from ._catalogue import merge_info
 
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
 
@@ -61,9 +62,11 @@ class PendingChanges:
     """How many batches are queued (more than one only after a failed commit)."""
     run_state: bool = False
     """A staged ``stage_run_state()`` or ``discard_run_state()``."""
+    info: bool = False
+    """A staged ``set_info()`` (a change of the session's catalogue entry)."""
 
     def __bool__(self) -> bool:
-        return self.clear or self.pops > 0 or self.items > 0 or self.run_state
+        return self.clear or self.pops > 0 or self.items > 0 or self.run_state or self.info
 
 
 #: A stage's run-state write: ``(text, label)`` (``(None, None)`` removes it).
@@ -73,7 +76,7 @@ RunStateWrite = tuple[str | None, str | None]
 class Stage:
     """One batch in the making."""
 
-    __slots__ = ("batch_id", "clear", "items", "pops", "run_state", "state", "tail")
+    __slots__ = ("batch_id", "clear", "info", "items", "pops", "run_state", "state", "tail")
 
     def __init__(self) -> None:
         self.batch_id = uuid.uuid4().hex
@@ -82,19 +85,29 @@ class Stage:
         self.items: list[str] = []
         self.tail: int | None = None
         self.run_state: RunStateWrite | None = None
+        self.info: InfoChange | None = None
         self.state = StageState.OPEN
 
     def empty(self) -> bool:
-        return not (self.clear or self.pops or self.items or self.run_state)
+        return not (self.clear or self.pops or self.items or self.run_state or self.info)
 
-    def freeze(self, expect_version: int | None) -> Batch:
+    def freeze(self, expect_version: int | None, expect_session: int | None = None) -> Batch:
         change = None
         if self.run_state is not None:
             text, label = self.run_state
             change = RunStateChange(text, expect_version, label)
         tail = None if self.clear else self.tail
         pops, items = tuple(self.pops), tuple(self.items)
-        return Batch(self.batch_id, self.clear, pops, items, tail=tail, run_state=change)
+        return Batch(
+            self.batch_id,
+            self.clear,
+            pops,
+            items,
+            tail=tail,
+            run_state=change,
+            info=self.info,
+            expect_version=expect_session,
+        )
 
     def absorb(self, later: Stage) -> None:
         """Fold a later ``OPEN`` stage into this ``OPEN`` one (both never applied)."""
@@ -109,6 +122,8 @@ class Stage:
                 self.tail = later.tail
         if later.run_state is not None:
             self.run_state = later.run_state
+        if later.info is not None:
+            self.info = merge_info(self.info, later.info)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -201,6 +216,12 @@ class Staging:
             stage.tail = tail if stage.tail is None else min(stage.tail, tail)
 
     @_atomic
+    def set_info(self, change: InfoChange) -> None:
+        """Stage a change of the session's catalogue entry (merged with one staged)."""
+        stage = self._writable()
+        stage.info = merge_info(stage.info, change)
+
+    @_atomic
     def set_run_state(self, text: str | None, label: str | None = None) -> None:
         """Stage a write (``None``: a removal) of the session's run state."""
         self._writable().run_state = (text, label if text is not None else None)
@@ -237,6 +258,7 @@ class Staging:
             items=len(items),
             batches=sum(1 for stage in self._stages if not stage.empty()),
             run_state=any(stage.run_state is not None for stage in self._stages),
+            info=any(stage.info is not None for stage in self._stages),
         )
 
     @_atomic
@@ -252,19 +274,21 @@ class Staging:
     # ------------------------------------------------------------------ commit protocol
 
     @_atomic
-    def seal(self) -> list[Batch]:
+    def seal(self, expected_version: int | None = None) -> list[Batch]:
         """Mark every non-empty stage ``SENT`` and return their batches, in order.
 
         ``UNKNOWN`` stages are sent again with their ids: a backend skips what it has
         already applied, so resending settles them either way. A run-state write is
-        checked against the version the previous one leads to.
+        checked against the version the previous one leads to. ``expected_version``
+        becomes the first batch's :attr:`~sessions.Batch.expect_version` (the caller
+        settles unknown outcomes first, so that batch is one that was never applied).
         """
         self._stages = [stage for stage in self._stages if not stage.empty()]
         batches: list[Batch] = []
         version = self.run_state_version
-        for stage in self._stages:
+        for index, stage in enumerate(self._stages):
             stage.state = StageState.SENT
-            batches.append(stage.freeze(version))
+            batches.append(stage.freeze(version, expected_version if index == 0 else None))
             if stage.run_state is not None and version is not None:
                 version += 1
         return batches

@@ -7,7 +7,15 @@ from collections.abc import AsyncIterator, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
-from ._backend import AdminBackend, Backend, QuarantineEntry, SessionInfo
+from ._backend import (
+    AdminBackend,
+    Backend,
+    CatalogueBackend,
+    QuarantineEntry,
+    SessionFilter,
+    SessionInfo,
+)
+from ._catalogue import session_filter, validate_ttl, validate_user_id
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
     DEFAULT_INTEGRITY,
@@ -62,6 +70,10 @@ class Store(AsyncResource, Generic[S]):
     commit of its sessions does with history the Responses API would refuse (see
     ``docs/history.md``); sessions may set their own.
 
+    ``ttl`` (a ``timedelta``, default ``None``: none) is the store's default idle
+    time-to-live: :meth:`purge` without ``older_than`` deletes sessions not updated for
+    their own TTL (``set_info(ttl=...)``) or, without one, this one.
+
     ``session_class`` makes the sessions of :meth:`session`; it is called as
     ``session_class(session_id, store=store, autocommit=..., session_settings=...,
     commit_timeout=...)``, plus ``integrity=...`` when one is given
@@ -77,11 +89,14 @@ class Store(AsyncResource, Generic[S]):
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         integrity: Integrity = DEFAULT_INTEGRITY,
+        ttl: timedelta | None = None,
     ) -> None:
         if not isinstance(backend, Backend):
             raise TypeError(f"backend does not implement sessions Backend: {backend!r}")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        validate_ttl(ttl)
+        self._ttl = ttl
         self._backend = backend
         self._retry = retry or RetryPolicy()
         self._commit_timeout = validate_seconds(commit_timeout, "commit_timeout")
@@ -97,6 +112,12 @@ class Store(AsyncResource, Generic[S]):
     def retry(self) -> RetryPolicy:
         """How sessions of this store retry transient commit failures."""
         return self._retry
+
+    @property
+    def ttl(self) -> timedelta | None:
+        """The store's default idle time-to-live (``None``: sessions without a TTL of
+        their own never expire)."""
+        return self._ttl
 
     @property
     def commit_timeout(self) -> float:
@@ -191,14 +212,56 @@ class Store(AsyncResource, Generic[S]):
             )
         return backend
 
+    def _catalogue(self, operation: str) -> CatalogueBackend:
+        backend = self._admin(operation)
+        if not isinstance(backend, CatalogueBackend):
+            raise SessionError(
+                f"{operation}(): {type(backend).__name__} keeps no session catalogue"
+            )
+        return backend
+
     async def list_sessions(
-        self, *, limit: int = 100, after: str | None = None
+        self,
+        *,
+        limit: int = 100,
+        after: str | None = None,
+        user_id: str | None = None,
+        tag: str | None = None,
+        updated_after: datetime | None = None,
     ) -> list[SessionInfo]:
-        """One page of sessions ordered by id: the first ``limit`` after ``after``."""
+        """One page of sessions ordered by id: the first ``limit`` after ``after``.
+
+        ``user_id``, ``tag`` and ``updated_after`` (``updated_at`` strictly later; a
+        naive datetime is UTC) keep only the sessions matching all of those given.
+        """
         validate_positive_int(limit, "limit")
         if after is not None:
             validate_session_id(after, "after")
-        return await self._admin("list_sessions").list_sessions(limit=limit, after=after)
+        where = session_filter(user_id, tag, updated_after)
+        if where == SessionFilter():
+            return await self._admin("list_sessions").list_sessions(limit=limit, after=after)
+        return await self._catalogue("list_sessions").find_sessions(where, limit=limit, after=after)
+
+    async def count_sessions(
+        self,
+        *,
+        user_id: str | None = None,
+        tag: str | None = None,
+        updated_after: datetime | None = None,
+    ) -> int:
+        """How many sessions :meth:`list_sessions` with these filters would list in all."""
+        where = session_filter(user_id, tag, updated_after)
+        return await self._catalogue("count_sessions").count_sessions(where)
+
+    async def delete_user(self, user_id: str) -> list[str]:
+        """Erase every session of ``user_id`` (items, batch records, run states, catalogue
+        entries: every per-session row) in one transaction; the ids of those deleted.
+
+        A commit racing with it either lands before (and is erased) or after it (and
+        makes a new session, without a user unless it sets one).
+        """
+        validate_user_id(user_id)
+        return await self._catalogue("delete_user").delete_user(user_id)
 
     async def iter_sessions(self, *, page_size: int = 500) -> AsyncIterator[SessionInfo]:
         """Every session, ordered by id, fetched a page at a time."""
@@ -230,14 +293,25 @@ class Store(AsyncResource, Generic[S]):
         return await self._admin("read_quarantine").read_quarantine(session_id)
 
     async def purge(
-        self, older_than: timedelta, *, dry_run: bool = False, page_size: int = 500
+        self,
+        older_than: timedelta | None = None,
+        *,
+        dry_run: bool = False,
+        page_size: int = 500,
     ) -> list[SessionInfo]:
         """Delete sessions not updated for ``older_than``; return what went (or would go).
+
+        Without ``older_than``: delete the expired sessions, those not updated for
+        their own TTL (``set_info(ttl=...)``) or, if they have none, the store's
+        :attr:`ttl` (sessions with neither are kept).
 
         Lists stale sessions a page of ``page_size`` at a time (also with ``dry_run``)
         and deletes each in a transaction of its own that checks again that it is
         still stale: a session written to after it was listed is kept.
         """
+        if older_than is None:
+            validate_positive_int(page_size, "page_size")
+            return await self._purge_expired(dry_run, page_size)
         _check_age(older_than, "older_than")
         validate_positive_int(page_size, "page_size")
         admin = self._admin("purge")
@@ -248,6 +322,21 @@ class Store(AsyncResource, Generic[S]):
             page = await admin.stale_sessions(cutoff, limit=page_size, after=after)
             for info in page:
                 if dry_run or await admin.delete_session(info.session_id, stale_before=cutoff):
+                    gone.append(info)
+            if len(page) < page_size:
+                return gone
+            after = page[-1].session_id
+
+    async def _purge_expired(self, dry_run: bool, page_size: int) -> list[SessionInfo]:
+        catalogue = self._catalogue("purge")
+        now = datetime.now(timezone.utc)
+        default = None if self._ttl is None else self._ttl.total_seconds()
+        gone: list[SessionInfo] = []
+        after: str | None = None
+        while True:
+            page = await catalogue.expired_sessions(now, default, limit=page_size, after=after)
+            for info in page:
+                if dry_run or await catalogue.delete_expired(info.session_id, now, default):
                     gone.append(info)
             if len(page) < page_size:
                 return gone

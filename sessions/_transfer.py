@@ -4,6 +4,7 @@ The file format (version 1), one JSON object per line::
 
     {"type": "header", "format": "txsessions-export", "version": 1, "exported_at": "..."}
     {"type": "session", "session": "abc", "created_at": "...", "updated_at": "..."}
+      (and, when set, the catalogue: "user_id", "title", "tags", "metadata", "ttl_seconds")
     {"type": "item", "session": "abc", "item": {...}}          (one line per item, in order)
     {"type": "end", "session": "abc", "items": 2}
 
@@ -31,7 +32,8 @@ Before the first chunk of a session, a marker batch (no items) records how this
 content was imported (``created`` or ``appended``, with a digest of the session's items
 in the file): that is what tells "imported before" from "already there". A session the
 import creates (or replaces) takes the ``created_at`` / ``updated_at`` of the export,
-written with its last chunk (:attr:`~sessions._backend.Batch.restore_times`).
+written with its last chunk (:attr:`~sessions._backend.Batch.restore_times`), and the
+catalogue entry of the export, written with its marker (:attr:`~sessions.Batch.info`).
 """
 
 from __future__ import annotations
@@ -43,11 +45,12 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Literal
 
-from ._backend import AdminBackend, SessionInfo
+from ._backend import AdminBackend, InfoChange, SessionInfo
 from ._bulk import CHUNK_ITEMS, ChunkWriter
+from ._catalogue import info_change
 from ._serde import encode_item
 from ._store import Store
 from ._validate import iso_utc, validate_session_id
@@ -253,17 +256,14 @@ async def _export_one(
 ) -> None:
     session_id = info.session_id
     sid = _dumps(session_id)
-    writer.write(
-        _dumps(
-            {
-                "type": "session",
-                "session": session_id,
-                "created_at": iso_utc(info.created_at),
-                "updated_at": iso_utc(info.updated_at),
-            }
-        )
-        + "\n"
-    )
+    header = {
+        "type": "session",
+        "session": session_id,
+        "created_at": iso_utc(info.created_at),
+        "updated_at": iso_utc(info.updated_at),
+        **_catalogue_fields(info),
+    }
+    writer.write(_dumps(header) + "\n")
     prefix = '{"type":"item","session":' + sid + ',"item":'
     after: int | None = None
     count = 0
@@ -290,6 +290,18 @@ async def _export_one(
     result.items += count
 
 
+def _catalogue_fields(info: SessionInfo) -> dict[str, Any]:
+    """The session's catalogue entry for its export line (only the fields set)."""
+    fields: dict[str, Any] = {
+        "user_id": info.user_id,
+        "title": info.title,
+        "tags": list(info.tags) or None,
+        "metadata": info.metadata,
+        "ttl_seconds": None if info.ttl is None else info.ttl.total_seconds(),
+    }
+    return {name: value for name, value in fields.items() if value is not None}
+
+
 # --------------------------------------------------------------------------- import
 
 
@@ -300,6 +312,7 @@ class _Record:
     session_id: str
     text: str = ""  # the item, canonical JSON (kind == "item")
     times: tuple[datetime, datetime] | None = None  # (created, updated) (kind == "session")
+    info: InfoChange | None = None  # the catalogue entry (kind == "session")
 
 
 @dataclass
@@ -328,6 +341,7 @@ class _Plan:
     items: int = 0
     digest: Any = field(default_factory=hashlib.sha256)
     times: tuple[datetime, datetime] | None = None
+    info: InfoChange | None = None
 
 
 def _read_lines(path: str) -> Iterator[tuple[int, str]]:
@@ -394,10 +408,38 @@ class _Scanner:
             raise self.bad(number, f"bad session id: {exc}") from None
         assert isinstance(session_id, str)
         if kind == "session":
-            return self.open_session(number, session_id, self.times(number, value))
+            record = self.open_session(number, session_id, self.times(number, value))
+            return _Record(
+                number, "session", session_id, times=record.times, info=self.info(number, value)
+            )
         if kind == "item":
             return self.item(number, session_id, value.get("item"))
         return self.end(number, session_id, value.get("items"))
+
+    def info(self, number: int, value: dict[str, Any]) -> InfoChange | None:
+        """The session line's catalogue entry (``None``: it has none)."""
+        fields = {
+            name: value[key]
+            for name, key in (
+                ("user_id", "user_id"),
+                ("title", "title"),
+                ("tags", "tags"),
+                ("metadata", "metadata"),
+                ("ttl", "ttl_seconds"),
+            )
+            if value.get(key) is not None
+        }
+        if not fields:
+            return None
+        try:
+            ttl = fields.get("ttl")
+            if ttl is not None:
+                if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
+                    raise TypeError(f"ttl_seconds must be a number, got {type(ttl).__name__}")
+                fields["ttl"] = timedelta(seconds=ttl)
+            return info_change(**fields)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise self.bad(number, f"bad catalogue entry: {exc}") from None
 
     def times(self, number: int, value: dict[str, Any]) -> tuple[datetime, datetime] | None:
         """The session line's ``(created_at, updated_at)``; ``None`` if it has neither."""
@@ -555,6 +597,7 @@ def _first_pass(path: str) -> dict[str, _Plan]:
             plan.digest.update(record.text.encode("utf-8", "surrogatepass") + b"\n")
         elif record.kind == "session" and plan.times is None:
             plan.times = record.times
+            plan.info = record.info
     return plans
 
 
@@ -591,5 +634,6 @@ async def _start_session(
             return None
     if kind == "created":
         writer.restore_times = plan.times
+        writer.info = plan.info
     await writer.mark(kind, digest)
     return writer

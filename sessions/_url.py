@@ -3,10 +3,12 @@
 * ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``; ``sqlite://`` or
   ``sqlite:///:memory:`` for an in-memory database. Query parameters:
   ``synchronous`` (``FULL``/``NORMAL``/``EXTRA``), ``busy_timeout`` (seconds) and
+  ``ttl`` (seconds: the store's default idle time-to-live, see ``Store.purge``) and
   ``integrity`` (``quarantine``/``reject``/``off``, see ``docs/history.md``).
 * ``postgresql://user:password@host:5432/db`` (or ``postgres://``, or
   ``postgresql+asyncpg://``): an asyncpg DSN. Our own query parameters ``schema``,
-  ``table_prefix`` and ``integrity`` are taken out and passed to :meth:`PostgresStore.open`; the rest of
+  ``table_prefix``, ``ttl`` and ``integrity`` are taken out and passed to
+  :meth:`PostgresStore.open`; the rest of
   the DSN goes to asyncpg untouched.
 
 Passwords never leave this module in clear: every URL and error message goes through
@@ -16,8 +18,10 @@ Passwords never leave this module in clear: every URL and error message goes thr
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
+from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -123,14 +127,28 @@ def _parse_sqlite(url: str, shown: str) -> ParsedURL:
                     f">= 0, got {value!r}"
                 )
             options["busy_timeout"] = timeout
+        elif key == "ttl":
+            options["ttl"] = _ttl(value, shown)
         elif key == "integrity":
             options["integrity"] = _integrity(value, shown)
         else:
             raise ValueError(
                 f"database URL {shown!r}: unknown SQLite parameter {key!r} "
-                "(known: synchronous, busy_timeout, integrity)"
+                "(known: synchronous, busy_timeout, ttl, integrity)"
             )
     return ParsedURL("sqlite", path, options, url)
+
+
+def _ttl(value: str, shown: str) -> timedelta:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(
+            f"database URL {shown!r}: ttl must be a number of seconds > 0, got {value!r}"
+        )
+    return timedelta(seconds=seconds)
 
 
 def _integrity(value: str, shown: str) -> str:
@@ -161,6 +179,8 @@ def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
             if key == "schema" and not value:
                 raise ValueError(f"database URL {shown!r}: schema= is empty")
             options[key] = value
+        elif key == "ttl":
+            options["ttl"] = _ttl(value, shown)
         elif key == "integrity":
             options["integrity"] = _integrity(value, shown)
         else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 __all__ = [
     "CommitConflictError",
     "CommitError",
+    "CommitVersionConflictError",
     "ConflictError",
     "InvalidHistoryError",
     "InvalidItemError",
@@ -19,6 +20,7 @@ __all__ = [
     "StoreClosedError",
     "TransientStorageError",
     "UncommittedChangesWarning",
+    "VersionConflictError",
     "WrongEventLoopError",
 ]
 
@@ -101,6 +103,19 @@ class ConflictError(StorageError):
     """
 
 
+class VersionConflictError(ConflictError):
+    """A batch's ``expect_version`` is not the session's version: another writer
+    committed since the version was read. Raised by backends; nothing was applied.
+
+    ``expected`` is the version the batch was prepared against, ``actual`` the stored one.
+    """
+
+    def __init__(self, message: str, *, expected: int, actual: int) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
 class CommitError(SessionError):
     """``commit`` failed.
 
@@ -126,6 +141,29 @@ class CommitConflictError(CommitError):
     Nothing was applied (``outcome_known`` is ``True``). Retrying will fail the same
     way: ``rollback()`` and read again.
     """
+
+
+class CommitVersionConflictError(CommitConflictError):
+    """``commit(expected_version=v)`` failed: the session's stored version is no longer
+    ``v`` (another writer committed since). Nothing was applied; the changes stay
+    staged. A :class:`CommitConflictError` (so a ``CommitError``), not a
+    :class:`ConflictError` (that one is the backends' ``StorageError``): code catching
+    conflicts of ``commit()`` catches both kinds. ``expected_version`` and
+    ``current_version`` say what was expected and what is stored.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        session_id: str,
+        expected_version: int,
+        current_version: int,
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(message, session_id=session_id, outcome_known=True, attempts=attempts)
+        self.expected_version = expected_version
+        self.current_version = current_version
 
 
 class UncommittedChangesWarning(ResourceWarning):

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ._backend import Batch, QuarantineEntry, Row, SessionInfo
+from ._backend import Batch, InfoChange, QuarantineEntry, Row, SessionFilter, SessionInfo
+from ._catalogue import decode_metadata, version_conflict
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -43,10 +44,36 @@ class _History:
     next_key: int = 1
     batches: dict[str, datetime] = field(default_factory=dict)  # batch id -> applied at
     run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
+    catalogue: InfoChange = InfoChange(frozenset())
+    version: int = 0
     quarantine: tuple[QuarantineEntry, ...] = ()
 
     def info(self, session_id: str) -> SessionInfo:
-        return SessionInfo(session_id, len(self.rows), self.created_at, self.updated_at)
+        entry = self.catalogue
+        return SessionInfo(
+            session_id,
+            len(self.rows),
+            self.created_at,
+            self.updated_at,
+            user_id=entry.user_id,
+            title=entry.title,
+            tags=entry.tags,
+            metadata=decode_metadata(entry.metadata),
+            ttl=None if entry.ttl is None else timedelta(seconds=entry.ttl),
+            version=self.version,
+        )
+
+    def expired(self, now: datetime, default_ttl: float | None) -> bool:
+        ttl = self.catalogue.ttl if self.catalogue.ttl is not None else default_ttl
+        return ttl is not None and self.updated_at + timedelta(seconds=ttl) < now
+
+    def matches(self, where: SessionFilter) -> bool:
+        entry = self.catalogue
+        return (
+            (where.user_id is None or entry.user_id == where.user_id)
+            and (where.tag is None or where.tag in entry.tags)
+            and (where.updated_after is None or self.updated_at > where.updated_after)
+        )
 
 
 def _applied(
@@ -64,10 +91,16 @@ def _applied(
     done = dict(history.batches)
     run_state = history.run_state
     quarantine = list(history.quarantine)
+    catalogue, version = history.catalogue, history.version
     created, updated = history.created_at, history.updated_at
     for batch in batches:
         if batch.batch_id in done:
             continue  # applied by an earlier attempt
+        if batch.expect_version is not None and batch.expect_version != version:
+            raise version_conflict(session_id, batch.expect_version, version)
+        version += 1
+        if batch.info is not None:
+            catalogue = _catalogue_after(catalogue, batch.info)
         if batch.clear:
             rows.clear()
         for key in batch.pops:
@@ -97,7 +130,16 @@ def _applied(
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(created, updated, rows, next_key, done, run_state, tuple(quarantine))
+    return _History(
+        created, updated, rows, next_key, done, run_state, catalogue, version, tuple(quarantine)
+    )
+
+
+def _catalogue_after(current: InfoChange, change: InfoChange) -> InfoChange:
+    values = {name: getattr(current, name) for name in ("user_id", "title", "metadata", "ttl")}
+    values.update({name: getattr(change, name) for name in change.fields if name != "tags"})
+    tags = change.tags if "tags" in change.fields else current.tags
+    return InfoChange(frozenset(), tags=tags, **values)
 
 
 def _run_state_after(
@@ -189,6 +231,50 @@ class MemoryBackend:
         )
         return [self._sessions[s].info(s) for s in stale[:limit]]
 
+    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
+        """:meth:`load` and the session's version."""
+        rows = await self.load(session_id, limit)
+        history = self._sessions.get(session_id)
+        return rows, 0 if history is None else history.version
+
+    async def find_sessions(
+        self, where: SessionFilter, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        ids = sorted(
+            s
+            for s, h in self._sessions.items()
+            if (after is None or s > after) and h.matches(where)
+        )
+        return [self._sessions[s].info(s) for s in ids[:limit]]
+
+    async def count_sessions(self, where: SessionFilter) -> int:
+        return sum(1 for h in self._sessions.values() if h.matches(where))
+
+    async def expired_sessions(
+        self, now: datetime, default_ttl: float | None, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        ids = sorted(
+            s
+            for s, h in self._sessions.items()
+            if (after is None or s > after) and h.expired(now, default_ttl)
+        )
+        return [self._sessions[s].info(s) for s in ids[:limit]]
+
+    async def delete_expired(
+        self, session_id: str, now: datetime, default_ttl: float | None
+    ) -> bool:
+        history = self._sessions.get(session_id)
+        if history is None or not history.expired(now, default_ttl):
+            return False
+        del self._sessions[session_id]
+        return True
+
+    async def delete_user(self, user_id: str) -> list[str]:
+        ids = sorted(s for s, h in self._sessions.items() if h.catalogue.user_id == user_id)
+        for session_id in ids:
+            del self._sessions[session_id]
+        return ids
+
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
         history = self._sessions.get(session_id)
         if history is None:
@@ -224,11 +310,14 @@ class MemoryStore(Store["MemorySession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
         integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
+        super().__init__(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         self.session_class = MemorySession
         self.memory = backend
 
@@ -239,11 +328,12 @@ class MemoryStore(Store["MemorySession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
         integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> MemoryStore:
         """A store over ``backend`` (a new, empty one when ``None``)."""
         shared = MemoryBackend() if backend is None else backend
-        return cls(shared, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
+        return cls(shared, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity)
 
 
 class MemorySession(BufferedSession):

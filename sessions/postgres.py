@@ -34,12 +34,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from ._backend import Batch, QuarantineEntry, Row, SessionInfo
+from ._backend import Batch, InfoChange, QuarantineEntry, Row, SessionFilter, SessionInfo
+from ._catalogue import decode_metadata, validate_ttl, version_conflict
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -123,6 +124,32 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " PRIMARY KEY (session_id, seq))",
         ),
     ),
+    # 4 belongs to another branch (turns).
+    (
+        5,
+        (
+            # The catalogue (docs/catalogue.md): owner, title, tags (also one row each in
+            # session_tags, for lookups), metadata (JSON object text), the session's own
+            # idle TTL (seconds) and its version (one per applied batch).
+            'ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS user_id text COLLATE "C"',
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS title text",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS tags text[]",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS metadata text",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS ttl double precision",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0",
+            'CREATE INDEX IF NOT EXISTS "{prefix}sessions_user" ON {sessions} (user_id, session_id)',
+            # user_id repeats the session's, so that one user's sessions with a tag are
+            # one index range, whatever the size of the store.
+            "CREATE TABLE IF NOT EXISTS {session_tags} ("
+            ' tag text COLLATE "C" NOT NULL,'
+            ' session_id text COLLATE "C" NOT NULL,'
+            ' user_id text COLLATE "C",'
+            " PRIMARY KEY (tag, session_id))",
+            'CREATE INDEX IF NOT EXISTS "{prefix}session_tags_session" ON {session_tags} (session_id)',
+            'CREATE INDEX IF NOT EXISTS "{prefix}session_tags_user"'
+            " ON {session_tags} (user_id, tag, session_id)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -143,12 +170,14 @@ WITH b AS (
     ON CONFLICT DO NOTHING
     RETURNING batch_id
 ), s AS (
-    INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq)
-    SELECT $1, now(), now(), $4::bigint, $4::bigint + 1 FROM b
+    INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq,
+                                 version)
+    SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1 FROM b
     ON CONFLICT (session_id) DO UPDATE SET
         updated_at = GREATEST(t.updated_at, excluded.updated_at),
         item_count = t.item_count + excluded.item_count,
-        next_seq = t.next_seq + excluded.item_count
+        next_seq = t.next_seq + excluded.item_count,
+        version = t.version + 1
     RETURNING t.next_seq - $4::bigint AS base
 )
 INSERT INTO {items} (session_id, seq, batch_id, data)
@@ -183,7 +212,8 @@ WITH b AS (
         updated_at = GREATEST(updated_at, now()),
         item_count = CASE WHEN $3::boolean THEN $6::bigint
                           ELSE item_count - (SELECT count(*) FROM d) + $6::bigint END,
-        next_seq = next_seq + $6::bigint
+        next_seq = next_seq + $6::bigint,
+        version = version + 1
     WHERE session_id = $1 AND EXISTS (SELECT 1 FROM b)
     RETURNING next_seq - $6::bigint AS base
 ), i AS (
@@ -205,7 +235,9 @@ _SQL_PROBE = (
     "SELECT $1, id, now() FROM unnest($2::text[]) AS u(id) "
     "ON CONFLICT DO NOTHING RETURNING batch_id"
 )
-_INFO_COLUMNS = "session_id, item_count, created_at, updated_at"
+_INFO_COLUMNS = (
+    "session_id, item_count, created_at, updated_at, user_id, title, tags, metadata, ttl, version"
+)
 # Session ids are never empty, so ``> ''`` lists from the start; COLLATE "C" on the
 # column makes the order bytewise (code point order), the same as SQLite's.
 _SQL_LIST = (
@@ -265,6 +297,7 @@ class _Names:
             batches=self.table("batches"),
             run_states=self.table("run_states"),
             quarantine=self.table("quarantine"),
+            session_tags=self.table("session_tags"),
             version=self.table("schema_version"),
             prefix=self.prefix,
         )
@@ -345,7 +378,32 @@ _SQL_QUARANTINE_LOAD = (
     "SELECT seq, batch_id, reason, data, created_at FROM {quarantine} "
     "WHERE session_id = $1 ORDER BY seq"
 )
-_SQL_QUARANTINE_DELETE = "DELETE FROM {quarantine} WHERE session_id = $1"
+_SQL_VERSION = "SELECT version FROM {sessions} WHERE session_id = $1"
+_SQL_TAGS_DELETE = "DELETE FROM {session_tags} WHERE session_id = $1"
+_SQL_TAGS_INSERT = (
+    "INSERT INTO {session_tags} (tag, session_id, user_id) SELECT u.t, s.session_id, s.user_id "
+    "FROM {sessions} AS s CROSS JOIN unnest($2::text[]) AS u(t) WHERE s.session_id = $1"
+)
+_SQL_TAGS_USER = "UPDATE {session_tags} SET user_id = $2 WHERE session_id = $1"
+# The stored rows (all, or the latest $2) and the session's version, in one snapshot.
+_SQL_LOAD_VERSIONED = """
+SELECT v.version, r.seq, r.data
+FROM (SELECT coalesce((SELECT version FROM {sessions} WHERE session_id = $1), 0) AS version) v
+LEFT JOIN LATERAL (
+    SELECT seq, data FROM {items} WHERE session_id = $1 ORDER BY seq DESC LIMIT $2
+) r ON true
+ORDER BY r.seq
+"""
+_SQL_EXPIRED = (
+    f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id > $1 "
+    "AND updated_at + make_interval(secs => coalesce(ttl, $2)) < $3 "
+    "ORDER BY session_id LIMIT $4"
+)
+_SQL_DELETE_LOCK_TTL = "SELECT updated_at, ttl FROM {sessions} WHERE session_id = $1 FOR UPDATE"
+#: Every table with per-session rows, but the sessions table: what deleting a session
+#: (or a user) deletes. A migration that adds one adds it here (a test compares this
+#: with the schema).
+SESSION_TABLES = ("items", "batches", "run_states", "session_tags", "quarantine")
 
 
 @dataclass(frozen=True)
@@ -357,12 +415,25 @@ class _ExtraSql:
     run_state_delete: str
     quarantine: str
     quarantine_load: str
-    quarantine_delete: str
+    version: str
+    tags_delete: str
+    tags_insert: str
+    tags_user: str
+    load_versioned: str
+    expired: str
+    delete_lock_ttl: str
 
     @classmethod
     def build(cls, names: _Names) -> _ExtraSql:
         s = names.sql
         return cls(
+            version=s(_SQL_VERSION),
+            tags_delete=s(_SQL_TAGS_DELETE),
+            tags_insert=s(_SQL_TAGS_INSERT),
+            tags_user=s(_SQL_TAGS_USER),
+            load_versioned=s(_SQL_LOAD_VERSIONED),
+            expired=s(_SQL_EXPIRED),
+            delete_lock_ttl=s(_SQL_DELETE_LOCK_TTL),
             newer=s(_SQL_NEWER),
             run_state_version=s(_SQL_RUN_STATE_VERSION),
             run_state_write=s(_SQL_RUN_STATE_WRITE),
@@ -370,7 +441,6 @@ class _ExtraSql:
             run_state_delete=s(_SQL_RUN_STATE_DELETE),
             quarantine=s(_SQL_QUARANTINE),
             quarantine_load=s(_SQL_QUARANTINE_LOAD),
-            quarantine_delete=s(_SQL_QUARANTINE_DELETE),
         )
 
 
@@ -881,6 +951,12 @@ class PostgresBackend:
         lock: no other commit of this session can interleave.
         """
         sql = self._extra_sql
+        if batch.expect_version is not None:
+            before = await conn.fetchval(sql.version, session_id) - 1
+            if before != batch.expect_version:
+                raise version_conflict(session_id, batch.expect_version, before)
+        if batch.info is not None:
+            await self._write_info(conn, session_id, batch.info)
         if batch.tail is not None:
             if await conn.fetchval(sql.newer, session_id, batch.tail, batch.batch_id):
                 raise ConflictError(
@@ -902,6 +978,22 @@ class PostgresBackend:
             reasons = [reason for reason, _ in batch.quarantine]
             texts = [text for _, text in batch.quarantine]
             await conn.execute(sql.quarantine, session_id, batch.batch_id, reasons, texts)
+
+    async def _write_info(self, conn: Any, session_id: str, change: InfoChange) -> None:
+        names = sorted(change.fields)
+        values = [getattr(change, name) for name in names]
+        values = [list(v) if name == "tags" else v for name, v in zip(names, values, strict=True)]
+        columns = ", ".join(f"{name} = ${i}" for i, name in enumerate(names, start=2))
+        await conn.execute(
+            self._names.sql(f"UPDATE {{sessions}} SET {columns} WHERE session_id = $1"),
+            session_id,
+            *values,
+        )
+        if "tags" in change.fields:
+            await conn.execute(self._extra_sql.tags_delete, session_id)
+            await conn.execute(self._extra_sql.tags_insert, session_id, list(change.tags))
+        elif "user_id" in change.fields:
+            await conn.execute(self._extra_sql.tags_user, session_id, change.user_id)
 
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
@@ -1006,28 +1098,120 @@ class PostgresBackend:
     async def delete_session(
         self, session_id: str, *, stale_before: datetime | None = None
     ) -> bool:
-        lock, items, batches, session = self._sql.delete
         if stale_before is not None and stale_before.tzinfo is None:
             stale_before = stale_before.replace(tzinfo=timezone.utc)
+        return await self._delete(session_id, stale_before, None)
+
+    async def delete_expired(
+        self, session_id: str, now: datetime, default_ttl: float | None
+    ) -> bool:
+        return await self._delete(session_id, None, (now, default_ttl))
+
+    async def _delete(
+        self,
+        session_id: str,
+        stale_before: datetime | None,
+        expiry: tuple[datetime, float | None] | None,
+    ) -> bool:
+        session = self._sql.delete[3]
 
         async def run(conn: Any, phase: _Phase) -> bool:
             await conn.execute("BEGIN")
             # Lock first, delete in later statements: they see everything committed
             # by writers that held the session row before us.
-            updated = await conn.fetchval(lock, session_id)
-            if updated is None or (stale_before is not None and updated >= stale_before):
+            row = await conn.fetchrow(self._extra_sql.delete_lock_ttl, session_id)
+            if row is None or _keep(row[0], row[1], stale_before, expiry):
                 await conn.execute("ROLLBACK")
                 return False
-            await conn.execute(items, session_id)
-            await conn.execute(batches, session_id)
-            await conn.execute(self._extra_sql.run_state_delete, session_id)
-            await conn.execute(self._extra_sql.quarantine_delete, session_id)
+            for table in SESSION_TABLES:
+                await conn.execute(
+                    f"DELETE FROM {self._names.table(table)} WHERE session_id = $1", session_id
+                )
             await conn.execute(session, session_id)
             phase.commit_sent = True
             await conn.execute("COMMIT")
             return True
 
         return await self._run("delete_session", run)
+
+    async def delete_user(self, user_id: str) -> list[str]:
+        sessions = self._names.table("sessions")
+
+        async def run(conn: Any, phase: _Phase) -> list[str]:
+            await conn.execute("BEGIN")
+            rows = await conn.fetch(
+                f"SELECT session_id FROM {sessions} WHERE user_id = $1 "
+                "ORDER BY session_id FOR UPDATE",
+                user_id,
+            )
+            ids = [row[0] for row in rows]
+            for table in SESSION_TABLES:
+                await conn.execute(
+                    f"DELETE FROM {self._names.table(table)} WHERE session_id = ANY($1::text[])",
+                    ids,
+                )
+            await conn.execute(f"DELETE FROM {sessions} WHERE session_id = ANY($1::text[])", ids)
+            phase.commit_sent = True
+            await conn.execute("COMMIT")
+            return ids
+
+        return await self._run("delete_user", run)
+
+    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
+        rows = await self._fetch("read", self._extra_sql.load_versioned, session_id, limit)
+        return [(row[1], row[2]) for row in rows if row[1] is not None], int(rows[0][0])
+
+    def _where(self, where: SessionFilter, after: str | None) -> tuple[str, list[Any], str]:
+        """``FROM ... WHERE ...`` of a catalogue listing, its parameters, and the column to
+        order by (the walked index's): with a tag, the tag's pairs (with a user too, that
+        user's pairs with the tag: one index range); with a user alone, the user's index
+        on the sessions table."""
+        params: list[Any] = ["" if after is None else after]
+        if where.tag is not None:
+            params.append(where.tag)
+            sql = (
+                f"FROM {self._names.table('session_tags')} AS t "
+                f"JOIN {self._names.table('sessions')} AS s ON s.session_id = t.session_id "
+                "WHERE t.tag = $2 AND t.session_id > $1"
+            )
+            key = "t.session_id"
+        else:
+            sql = f"FROM {self._names.table('sessions')} AS s WHERE s.session_id > $1"
+            key = "s.session_id"
+        if where.user_id is not None:
+            params.append(where.user_id)
+            sql += f" AND {key[0]}.user_id = ${len(params)}"
+        if where.updated_after is not None:
+            params.append(where.updated_after)
+            sql += f" AND s.updated_at > ${len(params)}"
+        return sql, params, key
+
+    async def find_sessions(
+        self, where: SessionFilter, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        sql, params, key = self._where(where, after)
+        columns = ", ".join(f"s.{name.strip()}" for name in _INFO_COLUMNS.split(","))
+        query = f"SELECT {columns} {sql} ORDER BY {key} LIMIT ${len(params) + 1}"
+        rows = await self._fetch("list_sessions", query, *params, min(limit, 2**62))
+        return [_info(row) for row in rows]
+
+    async def count_sessions(self, where: SessionFilter) -> int:
+        sql, params, _ = self._where(where, None)
+        rows = await self._fetch("count_sessions", f"SELECT count(*) {sql}", *params)
+        return int(rows[0][0])
+
+    async def expired_sessions(
+        self, now: datetime, default_ttl: float | None, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        rows = await self._fetch(
+            "expired_sessions",
+            self._extra_sql.expired,
+            "" if after is None else after,
+            default_ttl,
+            now,
+            min(limit, 2**62),
+        )
+        return [_info(row) for row in rows]
 
     # ------------------------------------------------------------------ schema
 
@@ -1060,22 +1244,23 @@ class PostgresBackend:
             if not exists:
                 await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._names.schema}"')
             await conn.execute(self._names.sql(_SQL_VERSION_TABLE))
-            version = await conn.fetchval(
-                self._names.sql("SELECT coalesce(max(version), 0) FROM {version}")
-            )
-            self._check_version(version)
+            rows = await conn.fetch(self._names.sql("SELECT version FROM {version}"))
+            recorded = {int(row[0]) for row in rows}
+            self._check_version(max(recorded, default=0))
             for number, statements in MIGRATIONS:
-                if number <= version:
+                # Every migration not recorded, a gap below the newest one included:
+                # branches numbered their migrations apart (3: quarantine, 5: catalogue)
+                # and a schema may have met them in either order.
+                if number in recorded:
                     continue
                 for statement in statements:
                     await conn.execute(self._names.sql(statement))
                 await conn.execute(
                     self._names.sql("INSERT INTO {version} (version) VALUES ($1)"), number
                 )
-                version = number
             phase.commit_sent = True
             await conn.execute("COMMIT")
-            return int(version)
+            return SCHEMA_VERSION
 
         return await self._run("schema setup", run)
 
@@ -1085,10 +1270,18 @@ class PostgresBackend:
         )
         if table is None:
             return None
-        version = await conn.fetchval(self._names.sql("SELECT max(version) FROM {version}"))
-        if version is not None:
-            self._check_version(version)
-        return None if version is None else int(version)
+        rows = await conn.fetch(self._names.sql("SELECT version FROM {version}"))
+        if not rows:
+            return None
+        recorded = {int(row[0]) for row in rows}
+        self._check_version(max(recorded))
+        # The newest migration up to which none is missing (a gap is still to apply).
+        complete = 0
+        for number, _ in MIGRATIONS:
+            if number not in recorded:
+                break
+            complete = number
+        return complete
 
     def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
@@ -1172,7 +1365,34 @@ async def _release(pool: Any, conn: Any) -> None:
 
 
 def _info(row: Any) -> SessionInfo:
-    return SessionInfo(session_id=row[0], item_count=row[1], created_at=row[2], updated_at=row[3])
+    return SessionInfo(
+        session_id=row[0],
+        item_count=row[1],
+        created_at=row[2],
+        updated_at=row[3],
+        user_id=row[4],
+        title=row[5],
+        tags=tuple(row[6] or ()),
+        metadata=decode_metadata(row[7]),
+        ttl=None if row[8] is None else timedelta(seconds=row[8]),
+        version=row[9],
+    )
+
+
+def _keep(
+    updated: datetime,
+    ttl: float | None,
+    stale_before: datetime | None,
+    expiry: tuple[datetime, float | None] | None,
+) -> bool:
+    """Inside a delete's transaction: whether the session no longer qualifies."""
+    if stale_before is not None and updated >= stale_before:
+        return True
+    if expiry is not None:
+        now, default = expiry
+        seconds = ttl if ttl is not None else default
+        return seconds is None or updated + timedelta(seconds=seconds) >= now
+    return False
 
 
 def _redacted(exc: ValueError | TypeError, dsn: str) -> ValueError | TypeError:
@@ -1203,11 +1423,14 @@ class PostgresStore(Store["PostgresSession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
         integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, PostgresBackend):
             raise TypeError(f"backend must be a PostgresBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
+        super().__init__(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         self.session_class = PostgresSession
         self.postgres = backend
 
@@ -1225,6 +1448,7 @@ class PostgresStore(Store["PostgresSession"]):
         retry: RetryPolicy | None = None,
         create: bool = True,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
         integrity: Integrity = DEFAULT_INTEGRITY,
         **connect_kwargs: Any,
     ) -> PostgresStore:
@@ -1236,22 +1460,19 @@ class PostgresStore(Store["PostgresSession"]):
         ``statement_cache_size=0`` disables named prepared statements (needed behind
         PgBouncer in transaction pooling mode before 1.21). ``command_timeout`` bounds
         each statement (seconds); ``commit_timeout`` bounds how long a commit may hold its
-        caller. ``integrity``: what commits do with history the Responses API would
-        refuse (``docs/history.md``). Other keyword arguments go to ``asyncpg.create_pool``.
+        caller. ``ttl``: the store's default idle time-to-live (see
+        :meth:`~sessions.Store.purge`). ``integrity``: what commits do with history the
+        Responses API would refuse (``docs/history.md``). Other keyword arguments go to
+        ``asyncpg.create_pool``.
         """
         if not isinstance(dsn, str) or not dsn:
             raise TypeError(f"dsn must be a non-empty str, got a {type(dsn).__name__}")
         _validate_names(schema, table_prefix)
         _validate_pool_size(min_size, max_size)
         validate_seconds(commit_timeout, "commit_timeout")
+        validate_ttl(ttl)
         validate_integrity(integrity)
-        kwargs = dict(connect_kwargs)
-        if statement_cache_size is not None:
-            kwargs["statement_cache_size"] = statement_cache_size
-        skipper: _ResetSkipper | None = None
-        if kwargs.get("reset") is None:  # a caller's own reset hook is left alone
-            skipper = _ResetSkipper()
-            kwargs["reset"] = skipper
+        kwargs, skipper = _pool_options(connect_kwargs, statement_cache_size)
         pool = await _create_pool(
             dsn, min_size=min_size, max_size=max_size, command_timeout=command_timeout, **kwargs
         )
@@ -1261,7 +1482,9 @@ class PostgresStore(Store["PostgresSession"]):
             )
             backend._reset_skipper = skipper
             await backend.migrate(create=create)
-            store = cls(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
+            store = cls(
+                backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+            )
             store.check_usable("open")
         except BaseException:
             pool.terminate()
@@ -1278,6 +1501,7 @@ class PostgresStore(Store["PostgresSession"]):
         retry: RetryPolicy | None = None,
         create: bool = True,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
         integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> PostgresStore:
         """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
@@ -1287,10 +1511,13 @@ class PostgresStore(Store["PostgresSession"]):
         if not isinstance(pool, asyncpg.Pool):
             raise TypeError(f"pool must be an asyncpg.Pool, got {type(pool).__name__}")
         validate_seconds(commit_timeout, "commit_timeout")
+        validate_ttl(ttl)
         validate_integrity(integrity)
         backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
         await backend.migrate(create=create)
-        store = cls(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
+        store = cls(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         store.check_usable("from_pool")
         return store
 
@@ -1309,6 +1536,20 @@ class PostgresStore(Store["PostgresSession"]):
 
     def _describe(self) -> str:
         return f"PostgresStore (schema {self.schema!r}, table prefix {self.table_prefix!r})"
+
+
+def _pool_options(
+    connect_kwargs: dict[str, Any], statement_cache_size: int | None
+) -> tuple[dict[str, Any], _ResetSkipper | None]:
+    """``asyncpg.create_pool`` keywords, with our reset hook unless the caller has one."""
+    kwargs = dict(connect_kwargs)
+    if statement_cache_size is not None:
+        kwargs["statement_cache_size"] = statement_cache_size
+    skipper: _ResetSkipper | None = None
+    if kwargs.get("reset") is None:  # a caller's own reset hook is left alone
+        skipper = _ResetSkipper()
+        kwargs["reset"] = skipper
+    return kwargs, skipper
 
 
 def _validate_pool_size(min_size: object, max_size: object) -> None:

@@ -15,15 +15,17 @@ a fresh file at once.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
-from ._backend import Batch, QuarantineEntry, Row, SessionInfo
+from ._backend import Batch, InfoChange, QuarantineEntry, Row, SessionFilter, SessionInfo
+from ._catalogue import decode_metadata, validate_ttl, version_conflict
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -105,6 +107,34 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ") WITHOUT ROWID",
         ),
     ),
+    # 4 belongs to another branch (turns).
+    (
+        5,
+        (
+            # The catalogue (docs/catalogue.md): owner, title, tags (a JSON array here,
+            # one row each in txs_session_tags for lookups), metadata (JSON object text),
+            # the session's own idle TTL (seconds) and its version (one per batch).
+            "ALTER TABLE txs_sessions ADD COLUMN user_id TEXT",
+            "ALTER TABLE txs_sessions ADD COLUMN title TEXT",
+            "ALTER TABLE txs_sessions ADD COLUMN tags TEXT",
+            "ALTER TABLE txs_sessions ADD COLUMN metadata TEXT",
+            "ALTER TABLE txs_sessions ADD COLUMN ttl REAL",
+            "ALTER TABLE txs_sessions ADD COLUMN version INTEGER NOT NULL DEFAULT 0",
+            "CREATE INDEX IF NOT EXISTS txs_sessions_user ON txs_sessions (user_id, session_id)"
+            " WHERE user_id IS NOT NULL",
+            # user_id repeats the session's, so that one user's sessions with a tag are
+            # one index range (txs_session_tags_user), whatever the size of the store.
+            "CREATE TABLE IF NOT EXISTS txs_session_tags ("
+            " tag TEXT NOT NULL,"
+            " session_id TEXT NOT NULL,"
+            " user_id TEXT,"
+            " PRIMARY KEY (tag, session_id)"
+            ") WITHOUT ROWID",
+            "CREATE INDEX IF NOT EXISTS txs_session_tags_session ON txs_session_tags (session_id)",
+            "CREATE INDEX IF NOT EXISTS txs_session_tags_user"
+            " ON txs_session_tags (user_id, tag, session_id) WHERE user_id IS NOT NULL",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -114,12 +144,12 @@ _SQL_RECORD_BATCH = (
 _SQL_CLEAR = "DELETE FROM txs_items WHERE session_id = ?"
 _SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
 _SQL_BUMP = (
-    "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
-    "VALUES (:sid, :now, :now, :n, :n + 1) "
+    "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq, "
+    "version) VALUES (:sid, :now, :now, :n, :n + 1, 1) "
     "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, :now), "
     "item_count = CASE WHEN :clear THEN :n ELSE item_count - :removed + :n END, "
-    "next_seq = next_seq + :n "
-    "RETURNING next_seq - :n"
+    "next_seq = next_seq + :n, version = version + 1 "
+    "RETURNING next_seq - :n, version"
 )
 _SQL_RESTORE_TIMES = "UPDATE txs_sessions SET created_at = ?, updated_at = ? WHERE session_id = ?"
 _SQL_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
@@ -159,7 +189,7 @@ def _apply_batches(
                 )
         n = len(batch.items)
         bump = {"sid": session_id, "now": now, "n": n, "clear": batch.clear, "removed": removed}
-        (base,) = conn.execute(_SQL_BUMP, bump).fetchone()
+        base, version = conn.execute(_SQL_BUMP, bump).fetchone()
         if batch.restore_times is not None:
             created, updated = batch.restore_times
             conn.execute(_SQL_RESTORE_TIMES, (created.timestamp(), updated.timestamp(), session_id))
@@ -172,7 +202,7 @@ def _apply_batches(
                 ],
             )
         if not batch.plain:
-            _apply_extras(conn, session_id, batch, now)
+            _apply_extras(conn, session_id, batch, now, version - 1)
 
 
 _SQL_NEWER = "SELECT 1 FROM txs_items WHERE session_id = ? AND seq > ? AND batch_id <> ? LIMIT 1"
@@ -195,8 +225,15 @@ _SQL_QUARANTINE_LOAD = (
 )
 
 
-def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: float) -> None:
-    """A batch's condition on the tail and its run-state write (see :class:`Batch`)."""
+def _apply_extras(
+    conn: sqlite3.Connection, session_id: str, batch: Batch, now: float, before: int
+) -> None:
+    """A batch's conditions (tail, version; ``before``: the version it found) and its
+    run-state and catalogue writes (see :class:`Batch`)."""
+    if batch.expect_version is not None and batch.expect_version != before:
+        raise version_conflict(session_id, batch.expect_version, before)
+    if batch.info is not None:
+        _write_info(conn, session_id, batch.info)
     if batch.tail is not None:
         if conn.execute(_SQL_NEWER, (session_id, batch.tail, batch.batch_id)).fetchone():
             raise ConflictError(
@@ -217,6 +254,31 @@ def _apply_extras(conn: sqlite3.Connection, session_id: str, batch: Batch, now: 
         )
     for reason, text in batch.quarantine:
         conn.execute(_SQL_QUARANTINE, (session_id, session_id, batch.batch_id, reason, text, now))
+
+
+def _write_info(conn: sqlite3.Connection, session_id: str, change: InfoChange) -> None:
+    values: dict[str, Any] = {}
+    for name in change.fields:
+        value = getattr(change, name)
+        if name == "tags":
+            value = json.dumps(list(value)) if value else None
+        values[name] = value
+    columns = ", ".join(f"{name} = :{name}" for name in sorted(values))  # fixed names
+    conn.execute(
+        f"UPDATE txs_sessions SET {columns} WHERE session_id = :sid", {**values, "sid": session_id}
+    )
+    if "tags" in change.fields:
+        conn.execute("DELETE FROM txs_session_tags WHERE session_id = ?", (session_id,))
+        conn.executemany(
+            "INSERT INTO txs_session_tags (tag, session_id, user_id) "
+            "SELECT ?, session_id, user_id FROM txs_sessions WHERE session_id = ?",
+            [(tag, session_id) for tag in change.tags],
+        )
+    elif "user_id" in change.fields:
+        conn.execute(
+            "UPDATE txs_session_tags SET user_id = ? WHERE session_id = ?",
+            (change.user_id, session_id),
+        )
 
 
 def _load_run_state(
@@ -362,14 +424,18 @@ def _setup(conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> N
 def _migrate(conn: sqlite3.Connection) -> None:
     """Apply the missing ``MIGRATIONS`` (inside the caller's write transaction)."""
     conn.execute("CREATE TABLE IF NOT EXISTS txs_schema (version INTEGER NOT NULL)")
-    (version,) = conn.execute("SELECT coalesce(max(version), 0) FROM txs_schema").fetchone()
+    recorded = {row[0] for row in conn.execute("SELECT version FROM txs_schema")}
+    version = max(recorded, default=0)
     if version > SCHEMA_VERSION:
         raise StorageError(
             f"database schema version {version} is newer than this version of "
             f"txsessions supports ({SCHEMA_VERSION}); upgrade txsessions"
         )
     for number, statements in MIGRATIONS:
-        if number <= version:
+        # Every migration not recorded, a gap below the newest one included: branches
+        # numbered their migrations apart (3: quarantine, 5: catalogue) and a file may
+        # have met them in either order.
+        if number in recorded:
             continue
         for statement in statements:
             conn.execute(statement)
@@ -385,24 +451,45 @@ def _applied(conn: sqlite3.Connection, session_id: str, batch_ids: Sequence[str]
     return {row[0] for row in rows}
 
 
-def _query(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+def _query(conn: sqlite3.Connection, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[Any]:
     return conn.execute(sql, params).fetchall()
 
 
-def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | None) -> bool:
+#: ``(now, default_ttl)``: delete only if the session's TTL has elapsed at ``now``.
+_Expiry = tuple[float, float | None]
+
+
+def _keep(
+    conn: sqlite3.Connection, session_id: str, stale_before: float | None, expiry: _Expiry | None
+) -> bool:
+    """Inside the delete's transaction: whether the session no longer qualifies."""
+    if stale_before is None and expiry is None:
+        return False
+    row = conn.execute(
+        "SELECT updated_at, ttl FROM txs_sessions WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    if row is None or (stale_before is not None and row[0] >= stale_before):
+        return True
+    if expiry is not None:
+        now, default = expiry
+        ttl = row[1] if row[1] is not None else default
+        return ttl is None or row[0] + ttl >= now
+    return False
+
+
+def _delete(
+    conn: sqlite3.Connection,
+    session_id: str,
+    stale_before: float | None,
+    expiry: _Expiry | None = None,
+) -> bool:
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if stale_before is not None:
-            row = conn.execute(
-                "SELECT updated_at FROM txs_sessions WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            if row is None or row[0] >= stale_before:
-                conn.execute("COMMIT")
-                return False
-        conn.execute("DELETE FROM txs_items WHERE session_id = ?", (session_id,))
-        conn.execute("DELETE FROM txs_batches WHERE session_id = ?", (session_id,))
-        conn.execute("DELETE FROM txs_run_states WHERE session_id = ?", (session_id,))
-        conn.execute("DELETE FROM txs_quarantine WHERE session_id = ?", (session_id,))
+        if _keep(conn, session_id, stale_before, expiry):
+            conn.execute("COMMIT")
+            return False
+        for table in SESSION_TABLES:
+            conn.execute(f'DELETE FROM "{table}" WHERE session_id = ?', (session_id,))
         existed = (
             conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)).rowcount
             > 0
@@ -413,6 +500,81 @@ def _delete(conn: sqlite3.Connection, session_id: str, stale_before: float | Non
             conn.execute("ROLLBACK")
         raise
     return existed
+
+
+#: Every table with per-session rows, but ``txs_sessions``: what deleting a session
+#: (or a user) deletes. A migration that adds one adds it here (a test compares this
+#: with the schema).
+SESSION_TABLES = (
+    "txs_items",
+    "txs_batches",
+    "txs_run_states",
+    "txs_session_tags",
+    "txs_quarantine",
+)
+
+
+def _delete_user(conn: sqlite3.Connection, user_id: str) -> list[str]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        ids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT session_id FROM txs_sessions WHERE user_id = ? ORDER BY session_id",
+                (user_id,),
+            )
+        ]
+        owned = "SELECT session_id FROM txs_sessions WHERE user_id = ?"
+        for table in SESSION_TABLES:
+            conn.execute(f'DELETE FROM "{table}" WHERE session_id IN ({owned})', (user_id,))
+        conn.execute("DELETE FROM txs_sessions WHERE user_id = ?", (user_id,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return ids
+
+
+def _load_versioned(
+    conn: sqlite3.Connection, session_id: str, limit: int | None
+) -> tuple[list[Row], int]:
+    conn.execute("BEGIN")  # one snapshot for both reads
+    try:
+        row = conn.execute(
+            "SELECT version FROM txs_sessions WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        rows = _load(conn, session_id, limit)
+    finally:
+        conn.execute("COMMIT")
+    return rows, 0 if row is None else int(row[0])
+
+
+def _where(where: SessionFilter, after: str | None) -> tuple[str, dict[str, Any], str]:
+    """``FROM ... WHERE ...`` of a catalogue listing, its parameters, and the column to
+    order by (the walked index's).
+
+    With a tag, the tag's pairs are walked (with a user too, that user's pairs with the
+    tag: one index range); with a user alone, the user's index on the sessions table.
+    """
+    params: dict[str, Any] = {"after": "" if after is None else after}
+    if where.tag is not None:
+        sql = (
+            "FROM txs_session_tags AS t JOIN txs_sessions AS s ON s.session_id = t.session_id"
+            " WHERE t.tag = :tag AND t.session_id > :after"
+        )
+        params["tag"] = where.tag
+        if where.user_id is not None:
+            sql += " AND t.user_id = :user"
+    else:
+        sql = "FROM txs_sessions AS s WHERE s.session_id > :after"
+        if where.user_id is not None:
+            sql += " AND s.user_id = :user"
+    params["user"] = where.user_id
+    if where.updated_after is not None:
+        sql += " AND s.updated_at > :updated"
+        params["updated"] = where.updated_after.timestamp()
+    return sql, params, "t.session_id" if where.tag is not None else "s.session_id"
 
 
 def _prune(conn: sqlite3.Connection, cutoff: float, keep_prefixes: Sequence[str]) -> int:
@@ -547,6 +709,51 @@ class SQLiteBackend:
         )
         return [_info(row) for row in rows]
 
+    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
+        return await self._run("read", _load_versioned, session_id, limit)
+
+    async def find_sessions(
+        self, where: SessionFilter, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        sql, params, key = _where(where, after)
+        rows = await self._run(
+            "list_sessions",
+            _query,
+            f"SELECT {_INFO_COLUMNS_S} {sql} ORDER BY {key} LIMIT :limit",
+            {**params, "limit": min(limit, 2**62)},
+        )
+        return [_info(row) for row in rows]
+
+    async def count_sessions(self, where: SessionFilter) -> int:
+        sql, params, _ = _where(where, None)
+        rows = await self._run("count_sessions", _query, f"SELECT count(*) {sql}", params)
+        return int(rows[0][0])
+
+    async def expired_sessions(
+        self, now: datetime, default_ttl: float | None, *, limit: int, after: str | None
+    ) -> list[SessionInfo]:
+        rows = await self._run(
+            "expired_sessions",
+            _query,
+            f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE session_id > :after "
+            "AND updated_at + coalesce(ttl, :default) < :now ORDER BY session_id LIMIT :limit",
+            {
+                "after": "" if after is None else after,
+                "default": default_ttl,
+                "now": now.timestamp(),
+                "limit": min(limit, 2**62),
+            },
+        )
+        return [_info(row) for row in rows]
+
+    async def delete_expired(
+        self, session_id: str, now: datetime, default_ttl: float | None
+    ) -> bool:
+        return await self._run("delete", _delete, session_id, None, (now.timestamp(), default_ttl))
+
+    async def delete_user(self, user_id: str) -> list[str]:
+        return await self._run("delete_user", _delete_user, user_id)
+
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
         return await self._run(
             "read",
@@ -574,7 +781,20 @@ class SQLiteBackend:
         return await self._run("delete", _delete, session_id, before)
 
 
-_INFO_COLUMNS = "session_id, item_count, created_at, updated_at"
+_INFO_NAMES = (
+    "session_id",
+    "item_count",
+    "created_at",
+    "updated_at",
+    "user_id",
+    "title",
+    "tags",
+    "metadata",
+    "ttl",
+    "version",
+)
+_INFO_COLUMNS = ", ".join(_INFO_NAMES)
+_INFO_COLUMNS_S = ", ".join(f"s.{name}" for name in _INFO_NAMES)
 
 
 def _info(row: Sequence[Any]) -> SessionInfo:
@@ -583,6 +803,12 @@ def _info(row: Sequence[Any]) -> SessionInfo:
         item_count=row[1],
         created_at=datetime.fromtimestamp(row[2], timezone.utc),
         updated_at=datetime.fromtimestamp(row[3], timezone.utc),
+        user_id=row[4],
+        title=row[5],
+        tags=tuple(json.loads(row[6])) if row[6] else (),
+        metadata=decode_metadata(row[7]),
+        ttl=None if row[8] is None else timedelta(seconds=row[8]),
+        version=row[9],
     )
 
 
@@ -598,11 +824,14 @@ class SQLiteStore(Store["SQLiteSession"]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
         integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, SQLiteBackend):
             raise TypeError(f"backend must be a SQLiteBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
+        super().__init__(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         self.session_class = SQLiteSession
         self.sqlite = backend
 
@@ -615,6 +844,7 @@ class SQLiteStore(Store["SQLiteSession"]):
         busy_timeout: float = 5.0,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        ttl: timedelta | None = None,
         integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> SQLiteStore:
         """Open (creating if needed) the database at ``path``.
@@ -623,6 +853,7 @@ class SQLiteStore(Store["SQLiteSession"]):
         ``"NORMAL"`` trades the last commits on power loss (never on a process crash)
         for speed. ``busy_timeout`` is how long a commit waits for other writers.
         ``commit_timeout`` bounds how long a commit may hold its caller (seconds).
+        ``ttl``: the store's default idle time-to-live, see :meth:`~sessions.Store.purge`.
         ``integrity``: what commits do with history the Responses API would refuse
         (``"quarantine"``, ``"reject"`` or ``"off"``; ``docs/history.md``).
         """
@@ -633,10 +864,13 @@ class SQLiteStore(Store["SQLiteSession"]):
         validate_integrity(integrity)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
+        validate_ttl(ttl)
         backend = await SQLiteBackend.open(
             db_path, synchronous=synchronous, busy_timeout=busy_timeout
         )
-        store = cls(backend, retry=retry, commit_timeout=commit_timeout, integrity=integrity)
+        store = cls(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         store.check_usable("open")
         return store
 

@@ -169,6 +169,7 @@ def test_the_property_tests_cover_every_command() -> None:
         "doctor",
         "demo",
     }
+    covered |= {"delete-user"}
     assert set(COMMANDS) == covered
 
 
@@ -271,6 +272,19 @@ async def _raw(url: str, sessions: dict[str, list[Any]]) -> None:
         await store.close()
 
 
+async def _seed_users(url: str, users: list[str]) -> None:
+    from sessions import open_store
+
+    store = await open_store(url)
+    try:
+        for n, user in enumerate(users):
+            session = store.session(f"s{n}")
+            session.set_info(user_id=user, title=user, tags={user[:64]})
+            await session.commit()
+    finally:
+        await store.close()
+
+
 @SETTINGS
 @given(sessions=_sessions)
 @example(sessions=FIXED)
@@ -300,6 +314,28 @@ def test_doctor_shows_generated_text_literally(
     assert repaired.code == 0, repaired
     after = strict_json(run("doctor", "--json", "--db", url).out)
     assert after["clean"] is True and after["quarantined_rows"] == report["problems_found"]
+
+
+@SETTINGS
+@given(users=st.lists(_ids, min_size=1, max_size=2, unique=True))
+@example(users=["evil[/bold]\x1b[31m", "\u202e:x:"])
+def test_catalogue_commands_show_generated_user_text_literally(
+    stores: Stores, users: list[str]
+) -> None:
+    url = stores.fresh()
+    asyncio.run(_seed_users(url, users))
+    listed = strict_json(run("list", "--json", "--db", url, "--user", users[0]).out)
+    assert [(r["user_id"], r["title"], r["tags"]) for r in listed] == [
+        (users[0], users[0], [users[0][:64]])
+    ]
+    assert run("list", "--db", url, "--tag", users[0][:64]).code == 0
+    assert run("show", "--db", url, "--", "s0").code == 0
+    declined = run("delete-user", "--db", url, "--", users[0], stdin="n\n")
+    assert declined.code == 1 and literal(repr(users[0])) in declined.err
+    done = run("delete-user", "--yes", "--db", url, "--", users[0])
+    assert done.code == 0 and literal(repr(users[0])) in done.out
+    left = strict_json(run("list", "--json", "--db", url).out)
+    assert [r["user_id"] for r in left] == users[1:]
 
 
 def test_corrupt_rows_through_the_reading_commands(tmp_path: Path) -> None:

@@ -244,3 +244,27 @@ async def test_groups_through_pgbouncer_in_transaction_pooling_mode(
         assert stats.largest > 1 and stats.isolated == 0, stats
     finally:
         await store.close()
+
+
+async def test_commits_with_a_version_condition_or_a_catalogue_entry_take_the_transaction_path(
+    pg: None, pg_schema: str
+) -> None:
+    """Like Batch.tail: a conditional batch is checked under the session's row lock in a
+    transaction of its own, never in the shared append statement."""
+    store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=1, max_size=4)
+    backend = store.postgres
+    try:
+        session = store.session(f"v-{uuid.uuid4().hex[:8]}")
+        await session.add_items([msg("plain")])
+        await session.commit()
+        assert backend.group_stats.commits == 1
+        await session.get_items()
+        await session.add_items([msg("conditional")])
+        await session.commit(expected_version=session.version)
+        session.set_info(user_id="u")
+        await session.add_items([msg("with an entry")])
+        await session.commit()
+        assert backend.group_stats.commits == 1  # neither went through the group path
+        assert len(await session.get_items()) == 3 and session.version == 3
+    finally:
+        await store.close()

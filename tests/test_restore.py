@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -205,4 +206,58 @@ async def test_import_refuses_an_unknown_mode_and_bad_times(
         with pytest.raises(ImportFileError, match=complaint) as info:
             await import_sessions(store, str(path))
         assert info.value.line == 2
+    assert await store.session_info(sid) is None
+
+
+async def test_export_and_import_carry_the_catalogue_entry(
+    target: Target, tmp_path: Path, sid: str
+) -> None:
+    store = await target.open()
+    session = store.session(sid)
+    session.set_info(
+        user_id="alice",
+        title="Ünïcode",
+        tags={"b", "a"},
+        metadata={"k": [1, {"x": None}]},
+        ttl=timedelta(hours=3),
+    )
+    await session.add_items([msg("1")])
+    await session.commit()
+    await commit(store, f"{sid}-plain", [msg("2")])
+    path = str(tmp_path / "catalogue.jsonl")
+    await export_sessions(store, path, [sid, f"{sid}-plain"])
+    text = await asyncio.to_thread(Path(path).read_text, encoding="utf-8")
+    lines = [json.loads(line) for line in text.splitlines()]
+    heads = [line for line in lines if line["type"] == "session"]
+    assert heads[0]["user_id"] == "alice" and heads[0]["tags"] == ["a", "b"]
+    assert heads[0]["ttl_seconds"] == 3 * 3600.0
+    assert "user_id" not in heads[1]  # only the fields that are set
+    await store.delete_session(sid)
+    await import_sessions(store, path, mode="replace")
+    info = await store.session_info(sid)
+    assert info is not None
+    assert (info.user_id, info.title, info.tags, info.metadata, info.ttl) == (
+        "alice",
+        "Ünïcode",
+        ("a", "b"),
+        {"k": [1, {"x": None}]},
+        timedelta(hours=3),
+    )
+    plain = await store.session_info(f"{sid}-plain")
+    assert plain is not None and plain.user_id is None and plain.tags == ()
+
+
+async def test_import_refuses_a_bad_catalogue_entry_naming_its_line(
+    target: Target, tmp_path: Path, sid: str
+) -> None:
+    store = await target.open()
+    path = tmp_path / "bad.jsonl"
+    lines = [
+        {"type": "header", "format": "txsessions-export", "version": 1},
+        {"type": "session", "session": sid, "tags": "not-a-list"},
+        {"type": "end", "session": sid, "items": 0},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    with pytest.raises(ImportFileError, match="line 2: bad catalogue entry: tags must be"):
+        await import_sessions(store, str(path))
     assert await store.session_info(sid) is None

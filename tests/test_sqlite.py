@@ -492,3 +492,44 @@ async def test_a_commit_retries_through_another_process_holding_the_lock_and_app
         locker.kill()
         await store.close()
     assert await _stored(path, "s") == [msg("1"), msg("2")]
+
+
+async def test_a_file_at_schema_version_2_is_migrated_with_its_sessions_kept(
+    tmp_path: Path,
+) -> None:
+    """Migration 5 (the catalogue) on a file made before it: existing sessions get
+    version 0 and an empty catalogue entry, and work on."""
+    from sessions.sqlite import MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE txs_schema (version INTEGER NOT NULL)")
+    for number, statements in MIGRATIONS:
+        if number <= 2:
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO txs_schema (version) VALUES (?)", (number,))
+    conn.execute(
+        "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
+        "VALUES ('old', 1, 2, 1, 2)"
+    )
+    conn.execute(
+        'INSERT INTO txs_items VALUES (\'old\', 1, \'b\', \'{"role":"user","content":"x"}\')'
+    )
+    conn.close()
+    store = await SQLiteStore.open(path)
+    try:
+        info = await store.session_info("old")
+        assert info is not None and (info.version, info.user_id, info.tags) == (0, None, ())
+        session = store.session("old")
+        assert await session.get_items() == [{"role": "user", "content": "x"}]
+        session.set_info(user_id="u")
+        await session.commit(expected_version=0)
+        assert session.version == 1
+        assert [i.session_id for i in await store.list_sessions(user_id="u")] == ["old"]
+        versions = await store.sqlite.run(
+            lambda c: [r[0] for r in c.execute("SELECT version FROM txs_schema ORDER BY 1")]
+        )
+        assert versions[-1] == SCHEMA_VERSION
+    finally:
+        await store.close()

@@ -120,12 +120,20 @@ CELLS: tuple[Cell, ...] = (
         "newest openai-agents: `sdk_flow` tests",
     ),
     Cell(
-        "asyncpg-0.30.0",
+        "lowest-deps",
         "3.11",
-        # 0.30 is the first with create_pool(reset=...), which the backend's own pools use.
-        ("asyncpg==0.30.0",),
-        tuple(CONTRACT),
-        "lowest asyncpg: contract suite",
+        # The lower bound of every optional dependency (pyproject.toml's extras):
+        # asyncpg 0.30 is the first with create_pool(reset=...), which the backend's own
+        # pools use; typer and rich run the CLI; opentelemetry the otel extra's tests.
+        (
+            "asyncpg==0.30.0",
+            "typer==0.20.0",
+            "rich==13.0.0",
+            "opentelemetry-api==1.45.0",
+            "opentelemetry-sdk==1.45.0",
+        ),
+        (*CONTRACT, "tests/test_cli.py"),
+        "lowest asyncpg, typer, rich, opentelemetry: contract suite and CLI tests",
     ),
     Cell(
         "wheel",

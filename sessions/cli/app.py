@@ -11,7 +11,7 @@ import typer
 from .demo import demo_cmd
 from .doctor import doctor_cmd
 from .inspect import list_cmd, show_cmd, stats_cmd
-from .maintenance import delete_cmd, migrate_cmd, purge_cmd
+from .maintenance import delete_cmd, delete_user_cmd, migrate_cmd, purge_cmd
 from .options import ENV_URL, Globals
 from .render import CliError, exit_code
 from .transfer import export_cmd, import_cmd
@@ -34,6 +34,7 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "export": export_cmd,
     "import": import_cmd,
     "delete": delete_cmd,
+    "delete-user": delete_user_cmd,
     "purge": purge_cmd,
     "migrate": migrate_cmd,
     "doctor": doctor_cmd,

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .._backend import AdminBackend
+from .._backend import AdminBackend, SessionInfo
 from .._store import Store
 from .._transfer import admin_backend
 from .options import Db, Json, database_url, opened
@@ -36,12 +36,60 @@ from .render import (
 
 __all__ = ["describe_item", "list_cmd", "show_cmd", "stats_cmd"]
 
-_SESSION_COLUMNS = (
-    Column("SESSION", fold=True),
-    Column("ITEMS", right=True),
-    Column("CREATED (UTC)"),
-    Column("UPDATED (UTC)"),
-)
+_SESSION = Column("SESSION", fold=True)
+_ITEMS = Column("ITEMS", right=True)
+_CATALOGUE = (Column("USER", fold=True), Column("TITLE", fold=True), Column("TAGS", fold=True))
+
+
+def _expires(info: SessionInfo, default: timedelta | None) -> str:
+    moment = info.expires_at(default)
+    return "never" if moment is None else when(moment)
+
+
+def _page_table(page: list[SessionInfo], default: timedelta | None) -> None:
+    """The page as a table: the catalogue columns only when a session of the page has an
+    entry, the expiry only when one expires (``CREATED`` then makes room for them)."""
+    entries = any(i.user_id or i.title or i.tags for i in page)
+    expiring = any(i.expires_at(default) is not None for i in page)
+    columns = [_SESSION, *(_CATALOGUE if entries else ()), _ITEMS]
+    if not (entries or expiring):
+        columns.append(Column("CREATED (UTC)"))
+    columns.append(Column("UPDATED (UTC)"))
+    if expiring:
+        columns.append(Column("EXPIRES (UTC)"))
+    rows = []
+    for i in page:
+        row = [i.session_id]
+        if entries:
+            row += [i.user_id or "", i.title or "", ",".join(i.tags)]
+        row.append(str(i.item_count))
+        if not (entries or expiring):
+            row.append(when(i.created_at))
+        row.append(when(i.updated_at))
+        if expiring:
+            row.append(_expires(i, default))
+        rows.append(row)
+    table(columns, rows)
+
+
+def _record(info: SessionInfo, default: timedelta | None) -> dict[str, Any]:
+    expires = info.expires_at(default)
+    return {
+        "session_id": info.session_id,
+        "items": info.item_count,
+        "created_at": iso(info.created_at),
+        "updated_at": iso(info.updated_at),
+        "user_id": info.user_id,
+        "title": info.title,
+        "tags": list(info.tags),
+        "metadata": info.metadata,
+        "ttl_seconds": None if info.ttl is None else info.ttl.total_seconds(),
+        "expires_at": None if expires is None else iso(expires),
+        "version": info.version,
+    }
+
+
+_Filters = tuple[str | None, str | None]
 
 # --------------------------------------------------------------------------- list
 
@@ -54,61 +102,78 @@ def list_cmd(
         str | None, typer.Option("--after", metavar="ID", help="Start after this session id.")
     ] = None,
     show_all: Annotated[bool, typer.Option("--all", help="Every page, not just one.")] = False,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
+    ] = None,
+    tag: Annotated[
+        str | None, typer.Option("--tag", metavar="TAG", help="Only sessions with this tag.")
+    ] = None,
     as_json: Json = False,
 ) -> int:
-    """List sessions, ordered by id: items, created and last updated.
+    """List sessions, ordered by id: user, title, tags, items, created, last updated
+    and when the session expires (its own TTL, else the store's ttl= URL parameter).
 
     \b
     Example:
       sessions list --db sqlite:///chat.db --limit 20
+      sessions list --user alice --tag support --db sqlite:///chat.db
       sessions --db sqlite:///chat.db list --all --json
     """
     url = database_url(ctx, db)
     lister = _list_json if as_json else _list_table
-    return run_async(lambda: lister(url, limit, after, show_all), [url])
+    filters = (user, tag)
+    return run_async(lambda: lister(url, limit, after, show_all, filters), [url])
 
 
-async def _list_json(url: str, limit: int, after: str | None, show_all: bool) -> None:
+async def _list_json(
+    url: str, limit: int, after: str | None, show_all: bool, filters: _Filters
+) -> None:
     async with opened(url) as store:
         array = JsonArray()
         while True:
-            page = await store.list_sessions(limit=limit, after=after)
+            page = await _page(store, limit, after, filters)
             for info in page:
-                record = {
-                    "session_id": info.session_id,
-                    "items": info.item_count,
-                    "created_at": iso(info.created_at),
-                    "updated_at": iso(info.updated_at),
-                }
-                array.add(json_text(record))
+                array.add(json_text(_record(info, store.ttl)))
             if not show_all or len(page) < limit:
                 break
             after = page[-1].session_id
         array.close()
 
 
-async def _list_table(url: str, limit: int, after: str | None, show_all: bool) -> None:
+async def _page(
+    store: Store[Any], limit: int, after: str | None, filters: _Filters
+) -> list[SessionInfo]:
+    user, tag = filters
+    try:
+        return await store.list_sessions(limit=limit, after=after, user_id=user, tag=tag)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(str(exc), "sessions list") from None
+
+
+async def _list_table(
+    url: str, limit: int, after: str | None, show_all: bool, filters: _Filters
+) -> None:
     async with opened(url) as store:
         shown = 0
         while True:
-            page = await store.list_sessions(limit=limit + 1, after=after)
+            page = await _page(store, limit + 1, after, filters)
             more = len(page) > limit
             page = page[:limit]
             if page:
-                table(
-                    _SESSION_COLUMNS,
-                    [
-                        (i.session_id, str(i.item_count), when(i.created_at), when(i.updated_at))
-                        for i in page
-                    ],
-                )
+                _page_table(page, store.ttl)
             shown += len(page)
             if not more:
                 break
             after = page[-1].session_id
             if not show_all:
+                again = "".join(
+                    f" {flag} {shlex.quote(value)}"
+                    for flag, value in zip(("--user", "--tag"), filters, strict=True)
+                    if value is not None
+                )
                 say(
-                    f"{shown} sessions shown; next page: sessions list --after {shlex.quote(after)}"
+                    f"{shown} sessions shown; next page: sessions list{again} "
+                    f"--after {shlex.quote(after)}"
                 )
                 return
     say(plural(shown, "session") if shown else "no sessions")
@@ -177,10 +242,25 @@ async def _show(url: str, session_id: str, as_json: bool, max_chars: int | None)
                 (f" · {plural(info.item_count, 'item')} · updated {when(info.updated_at)} UTC", ""),
             ]
         )
+        _show_catalogue(info, store.ttl)
         await _show_text(admin, session_id, info.item_count, max_chars)
 
 
 _PAGE = 500
+
+
+def _show_catalogue(info: SessionInfo, default: timedelta | None) -> None:
+    """The catalogue entry under the heading, one escaped line per field that is set."""
+    lines = [
+        ("user", info.user_id),
+        ("title", info.title),
+        ("tags", ", ".join(info.tags) or None),
+        ("metadata", None if info.metadata is None else json_text(info.metadata)),
+        ("expires", None if info.expires_at(default) is None else _expires(info, default) + " UTC"),
+    ]
+    for name, value in lines:
+        if value is not None:
+            say(f"  {name}: {value}")
 
 
 async def _show_json(admin: AdminBackend, session_id: str) -> None:

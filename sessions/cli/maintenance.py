@@ -13,7 +13,7 @@ from .._store import Store
 from .options import ENV_URL, Db, Yes, database_url, opened
 from .render import Column, UsageError, confirm, fail, plural, progress, run_async, say, table, when
 
-__all__ = ["delete_cmd", "migrate_cmd", "parse_duration", "purge_cmd"]
+__all__ = ["delete_cmd", "delete_user_cmd", "migrate_cmd", "parse_duration", "purge_cmd"]
 
 
 # --------------------------------------------------------------------------- delete
@@ -50,6 +50,39 @@ async def _delete(url: str, session_id: str, yes: bool) -> None:
     if not existed:
         fail(f"unknown session {session_id!r} (deleted meanwhile)")
     say(f"deleted session {session_id!r} ({plural(info.item_count, 'item')})")
+
+
+def delete_user_cmd(
+    ctx: typer.Context,
+    user_id: Annotated[str, typer.Argument(metavar="USER", help="The user id.")],
+    db: Db = None,
+    yes: Yes = False,
+) -> int:
+    """Erase every session of one user (asks first unless --yes).
+
+    Items, batch records, run states and catalogue entries go in one transaction.
+
+    \b
+    Example:
+      sessions delete-user alice --yes --db sqlite:///chat.db
+    """
+    url = database_url(ctx, db)
+    return run_async(lambda: _delete_user(url, user_id, yes), [url])
+
+
+async def _delete_user(url: str, user_id: str, yes: bool) -> None:
+    async with opened(url) as store:
+        try:
+            count = await store.count_sessions(user_id=user_id)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"bad user id {user_id!r}: {exc}", "sessions delete-user") from None
+        if not count:
+            fail(f"no sessions of user {user_id!r}")
+        question = f"Delete {plural(count, 'session')} of user {user_id!r}?"
+        if not yes and not confirm(question):
+            fail("aborted: nothing deleted")
+        gone = await store.delete_user(user_id)
+    say(f"deleted {plural(len(gone), 'session')} of user {user_id!r}")
 
 
 # --------------------------------------------------------------------------- purge
@@ -89,35 +122,43 @@ def purge_cmd(
 ) -> int:
     """Delete sessions not updated for a while (asks first unless --yes).
 
+    Without --older-than: the expired sessions, those not updated for their own TTL
+    or, without one, the store's (the ttl= URL parameter).
+
     \b
     Example:
       sessions purge --older-than 30d --dry-run --db sqlite:///chat.db
       sessions purge --older-than 30d --yes
+      sessions purge --yes --db 'sqlite:///chat.db?ttl=2592000'
     """
-    if not older_than:
-        raise UsageError("purge: missing option --older-than AGE (e.g. 30d)", "sessions purge")
+    if older_than is not None and not older_than:
+        raise UsageError("--older-than is empty: give an AGE such as 30d", "sessions purge")
     if dry_run and yes:
         raise UsageError("--yes does not apply to --dry-run (nothing is deleted)", "sessions purge")
-    age = parse_duration(older_than)
+    age = None if older_than is None else parse_duration(older_than)
     url = database_url(ctx, db)
     return run_async(lambda: _purge(url, age, dry_run, yes), [url])
 
 
-async def _purge(url: str, age: timedelta, dry_run: bool, yes: bool) -> None:
+async def _purge(url: str, age: timedelta | None, dry_run: bool, yes: bool) -> None:
     async with opened(url) as store:
         stale = await store.purge(age, dry_run=True)
-        cutoff = when(datetime.now(timezone.utc) - age)
+        if age is None:
+            why = "expired"
+            none = "nothing to purge: no session has expired"
+        else:
+            cutoff = when(datetime.now(timezone.utc) - age)
+            why = f"not updated since {cutoff} UTC"
+            none = f"nothing to purge: no session was last updated before {cutoff} UTC"
         items = sum(info.item_count for info in stale)
         what = f"{plural(len(stale), 'session')} ({plural(items, 'item')})"
         if not stale:
-            say(f"nothing to purge: no session was last updated before {cutoff} UTC")
+            say(none)
         elif dry_run:
             _list_stale(stale)
-            say(f"dry run: would delete {what} not updated since {cutoff} UTC")
+            say(f"dry run: would delete {what} {why}")
         else:
-            await _purge_confirmed(
-                store, age, f"Delete {what} not updated since {cutoff} UTC?", yes
-            )
+            await _purge_confirmed(store, age, f"Delete {what} {why}?", yes)
 
 
 _SHOWN = 50
@@ -132,7 +173,9 @@ def _list_stale(stale: list[Any]) -> None:
         say(f"... and {len(stale) - _SHOWN} more")
 
 
-async def _purge_confirmed(store: Store[Any], age: timedelta, question: str, yes: bool) -> None:
+async def _purge_confirmed(
+    store: Store[Any], age: timedelta | None, question: str, yes: bool
+) -> None:
     if not yes and not confirm(question):
         fail("aborted: nothing deleted")
     gone = await store.purge(age)

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from sessions import AdminBackend, Batch, Store
+from sessions import AdminBackend, Batch, CatalogueBackend, Store
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -68,9 +68,22 @@ for _name in [name for name in vars(AdminBackend) if not name.startswith("_")]:
     setattr(AdminProxyBackend, _name, _delegate(_name))
 
 
+class CatalogueProxyBackend(AdminProxyBackend):
+    """An AdminProxyBackend over a backend that keeps the session catalogue too."""
+
+
+for _name in [name for name in vars(CatalogueBackend) if not name.startswith("_")]:
+    setattr(CatalogueProxyBackend, _name, _delegate(_name))
+
+
 def install_proxy(store: Store[Any]) -> ProxyBackend:
     inner = store.backend
-    proxy = (AdminProxyBackend if isinstance(inner, AdminBackend) else ProxyBackend)(inner)
+    kind = ProxyBackend
+    if isinstance(inner, CatalogueBackend) and isinstance(inner, AdminBackend):
+        kind = CatalogueProxyBackend
+    elif isinstance(inner, AdminBackend):
+        kind = AdminProxyBackend
+    proxy = kind(inner)
     store._backend = proxy
     return proxy
 

@@ -9,6 +9,7 @@ modes, the quarantine's storage, limited reads and the compaction hook.
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any
 
 import pytest
@@ -387,3 +388,26 @@ def test_a_rejected_commit_leaves_batches_of_unknown_outcome_in_doubt() -> None:
     staging.seal()
     staging.failed(known=True, unknown=doubtful)  # as after an InvalidHistoryError
     assert staging.unresolved() == [batch.batch_id]
+
+
+async def test_a_store_migrated_past_3_without_it_gets_the_quarantine_table_on_open(
+    target: Target, sid: str
+) -> None:
+    """Migrations were numbered apart by branches (3: quarantine, 5: catalogue): a database
+    that recorded 5 but not 3 gets 3 when opened, and quarantines from then on."""
+    first = await target.open()
+    if target.kind == "sqlite":
+        assert target.sqlite_path is not None
+        with sqlite3.connect(target.sqlite_path) as conn:
+            conn.execute("DROP TABLE txs_quarantine")
+            conn.execute("DELETE FROM txs_schema WHERE version = 3")
+    else:
+        pool = first.pool  # type: ignore[attr-defined]
+        schema = target.pg_schema
+        await pool.execute(f'DROP TABLE "{schema}"."txs_quarantine"')
+        await pool.execute(f'DELETE FROM "{schema}"."txs_schema_version" WHERE version = 3')
+    store = await target.open()
+    session = store.session(sid)
+    await session.add_items([user(), output("function_call_output", "c1")])
+    await session.commit()
+    assert len(await store.read_quarantine(sid)) == 1
