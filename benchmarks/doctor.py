@@ -53,7 +53,8 @@ async def build(path: str, sessions: int) -> int:
     conn = sqlite3.connect(path)
     with conn:
         conn.executemany(
-            "INSERT INTO txs_sessions VALUES (?, ?, ?, ?, ?)",
+            "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
+            "VALUES (?, ?, ?, ?, ?)",
             ((sid, now, now, len(rows), len(rows) + 1) for sid, rows in data.items()),
         )
         conn.executemany(

@@ -123,7 +123,8 @@ async def _build_sqlite(path: str, planted: Planted) -> None:
         conn = sqlite3.connect(path)
         with conn:
             conn.executemany(
-                "INSERT INTO txs_sessions VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
+                "VALUES (?, ?, ?, ?, ?)",
                 ((sid, now, now, len(rows), len(rows) + 1) for sid, rows in planted.rows.items()),
             )
             conn.executemany(
@@ -135,7 +136,8 @@ async def _build_sqlite(path: str, planted: Planted) -> None:
                 ),
             )
             conn.executemany(
-                "INSERT INTO txs_run_states VALUES (?, 1, '{}', NULL, ?)",
+                "INSERT INTO txs_run_states (session_id, version, data, label, updated_at) "
+                "VALUES (?, 1, '{}', NULL, ?)",
                 ((sid, now) for sid in planted.pending),
             )
         conn.close()
