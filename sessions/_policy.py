@@ -22,11 +22,12 @@ __all__ = [
 #: Seconds a caller of ``commit()`` (or an autocommit write, or ``close()``) may be held.
 DEFAULT_COMMIT_TIMEOUT = 30.0
 
-#: Namespaces of bulk writers' batch ids (``imp``: import, ``mig``: migration; see
-#: :func:`sessions._commit.derived_batch_id`). Their records are what make a rerun of a
-#: bulk write add nothing, whenever it happens, so pruning never removes them (one
-#: record per chunk of up to 500 items, plus a marker per session).
-BULK_NAMESPACES = ("imp", "mig")
+#: Namespaces of bulk writers' batch ids (``imp``: import, ``mig``: migration, ``doc``:
+#: a repair of ``sessions doctor``; see :func:`sessions._commit.derived_batch_id`).
+#: Their records are what make a rerun of a bulk write add nothing, whenever it
+#: happens, so pruning never removes them (one record per chunk of up to 500 items,
+#: plus a marker per session; one per repaired session).
+BULK_NAMESPACES = ("imp", "mig", "doc")
 
 #: Seconds added to a store's own retry window when it prunes batch records: the
 #: shield's grace, clocks of other writers that run a little behind, a commit that
