@@ -82,6 +82,8 @@ class TurnSource:
     def __init__(self, size: int = 64, seed: int = 0) -> None:
         self._turns = [make_turn(i, seed=seed) for i in range(size)]
         self._next = 0
+        self._seed = seed
+        self._fresh = size  # turn numbers of items(): never one of the pool's
 
     def next(self) -> list[Item]:
         turn = self._turns[self._next % len(self._turns)]
@@ -89,10 +91,14 @@ class TurnSource:
         return turn
 
     def items(self, count: int) -> list[Item]:
-        """``count`` items (whole turns, then a partial one)."""
+        """``count`` items (whole turns, then a partial one), for setting up a history:
+        every turn new, so no call id or item id repeats in it (a real history's do not;
+        a repeated one is history the Responses API refuses, which our sessions
+        quarantine at commit)."""
         out: list[Item] = []
         while len(out) < count:
-            out.extend(self.next())
+            out.extend(make_turn(self._fresh, seed=self._seed))
+            self._fresh += 1
         return out[:count]
 
 

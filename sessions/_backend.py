@@ -23,6 +23,7 @@ __all__ = [
     "RewindChange",
     "CatalogueBackend",
     "InfoChange",
+    "QuarantineEntry",
     "Row",
     "RunStateBackend",
     "RunStateChange",
@@ -195,6 +196,10 @@ class Batch:
       :class:`~sessions.errors.VersionConflictError` and nothing is applied. Checked
       only when the batch is applied (not when it is skipped as already applied).
 
+    ``quarantine``: ``(reason, json_text)`` pairs, items the core took out of the batch
+    because they break a history rule (``integrity="quarantine"``, see
+    :mod:`sessions._history`). Stored in the session's quarantine, in the same
+    transaction and only if the batch id is new; never part of the history.
     ``turn``: a :class:`TurnRecord` for the batch's items (recorded by backends
     implementing :class:`TurnBackend`, ignored by others; not a condition, so a batch
     with a turn is still :attr:`plain`). A ``clear`` also removes the session's turn
@@ -220,19 +225,37 @@ class Batch:
     rewind: RewindChange | None = None
     info: InfoChange | None = None
     expect_version: int | None = None
+    quarantine: tuple[tuple[str, str], ...] = ()
 
     @property
     def plain(self) -> bool:
-        """No condition, run-state, catalogue, branch or rewind write: ``clear``, ``pops``,
-        ``items`` (and a ``turn`` record, which every backend writes in its plain path too)."""
+        """No condition, run-state, catalogue, quarantine, branch or rewind write:
+        ``clear``, ``pops``, ``items`` (and a ``turn`` record, which every backend writes in
+        its plain path too)."""
         return (
             self.tail is None
             and self.run_state is None
             and self.info is None
             and self.expect_version is None
+            and not self.quarantine
             and self.branch is None
             and self.rewind is None
         )
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineEntry:
+    """One item kept out of a session's history (see :attr:`Batch.quarantine`)."""
+
+    key: int
+    """Orders a session's quarantine (opaque, like :data:`Row` keys)."""
+    batch_id: str
+    """The batch the item came with."""
+    reason: str
+    """Why: names the broken rule, the item's type and call id (no item text)."""
+    data: str
+    """The item's JSON text, as it was staged."""
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +378,8 @@ class AdminBackend(Protocol):
     async def delete_session(
         self, session_id: str, *, stale_before: datetime | None = None
     ) -> bool:
-        """Delete a session's items, batch records and metadata in one transaction.
+        """Delete a session's items, batch records, quarantine and metadata in one
+        transaction.
 
         With ``stale_before``, only if (inside that transaction) its ``updated_at`` is
         still before it. ``True`` if the session was deleted.
@@ -371,6 +395,10 @@ class AdminBackend(Protocol):
 
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:
         """Up to ``limit`` rows with key > ``after`` (all keys when ``None``), oldest first."""
+        ...
+
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        """The session's quarantined items, oldest first (``delete_session`` removes them)."""
         ...
 
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:

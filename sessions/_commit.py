@@ -249,7 +249,7 @@ def derived_batch_id(namespace: str, session_id: str, position: int, texts: Sequ
     """A batch id that depends only on its inputs: what makes bulk writes idempotent.
 
     ``namespace`` says which writer made it (one of :data:`BULK_NAMESPACES`: ``imp``
-    for import, ``mig`` for migration); ``position`` is where the batch's first item
+    for import, ``mig`` for migration, ``doc`` for a repair); ``position`` is where the batch's first item
     sits in the source's history of that session (``-1`` for a marker batch without
     items). Records of these ids are never pruned.
     """

@@ -22,19 +22,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._backend import Backend
+from ._history import pairing_kept
 from ._observe import observed_load
 from ._serde import decode_item
 from ._staging import Staging
 
 __all__ = ["PAIRING_CHECK", "Ident", "Plan", "Window", "plan_replacement", "read_window"]
 
-#: Where the package's tool-call pairing rules (issue 14, ``sessions/_history.py``, not
-#: written yet) plug in: ``check(removed)`` gets the items a replacement would remove
-#: from the end of the history; ``False`` (a tool call and its output would be split:
-#: one removed, the other kept) refuses the replacement. ``None`` until then: the SDK
+#: The tool-call pairing rule of replacements: ``check(removed)`` gets the items a
+#: replacement would remove from the end of the history; ``False`` (an output among them
+#: answers a call that would stay: the pair would be split) refuses the replacement.
+#: :func:`sessions._history.pairing_kept`, the rules of ``docs/history.md``. The SDK
 #: itself never asks to replace an end of history that would split a tool call from its
-#: output (``tests/test_sdk_compaction.py`` checks that it does not).
-PAIRING_CHECK: Callable[[list[Any]], bool] | None = None
+#: output (``tests/test_sdk_compaction.py`` checks that it does not); this keeps a
+#: caller of the hooks from doing it.
+PAIRING_CHECK: Callable[[list[Any]], bool] | None = pairing_kept
 
 #: ``(0, row_key, "")`` for a stored item, ``(1, position, text)`` for a staged one.
 Ident = tuple[int, int, str]

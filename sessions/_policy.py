@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Literal
 
 __all__ = [
+    "DEFAULT_INTEGRITY",
+    "INTEGRITY_MODES",
+    "Integrity",
+    "validate_integrity",
     "BULK_NAMESPACES",
     "DEFAULT_COMMIT_TIMEOUT",
     "RECORD_MARGIN",
@@ -17,12 +22,13 @@ __all__ = [
 #: Seconds a caller of ``commit()`` (or an autocommit write, or ``close()``) may be held.
 DEFAULT_COMMIT_TIMEOUT = 30.0
 
-#: Namespaces of bulk writers' batch ids (``imp``: import, ``mig``: migration, ``frk``:
-#: a fork, see
+#: Namespaces of bulk writers' batch ids (``imp``: import, ``mig``: migration, ``doc``:
+#: a repair of ``sessions doctor``, ``frk``: a fork; see
 #: :func:`sessions._commit.derived_batch_id`). Their records are what make a rerun of a
 #: bulk write add nothing, whenever it happens, so pruning never removes them (one
-#: record per chunk of up to 500 items, plus a marker per session).
-BULK_NAMESPACES = ("imp", "mig", "frk")
+#: record per chunk of up to 500 items, plus a marker per session; one per repaired
+#: session; one per forked turn).
+BULK_NAMESPACES = ("imp", "mig", "doc", "frk")
 
 #: Seconds added to a store's own retry window when it prunes batch records: the
 #: shield's grace, clocks of other writers that run a little behind, a commit that
@@ -78,3 +84,16 @@ def min_record_age(policy: RetryPolicy, commit_timeout: float) -> float:
 def kept_prefixes() -> tuple[str, ...]:
     """Batch-id prefixes whose records are never pruned (the bulk writers')."""
     return tuple(f"{namespace}-" for namespace in BULK_NAMESPACES)
+
+
+#: What a commit does with history the Responses API would refuse.
+Integrity = Literal["reject", "quarantine", "off"]
+INTEGRITY_MODES: tuple[str, ...] = ("reject", "quarantine", "off")
+#: The stores' default (``docs/history.md`` says why).
+DEFAULT_INTEGRITY: Integrity = "quarantine"
+
+
+def validate_integrity(value: object, name: str = "integrity") -> Integrity:
+    if value == "reject" or value == "quarantine" or value == "off":
+        return value
+    raise ValueError(f"{name} must be one of 'reject', 'quarantine', 'off', got {value!r}")

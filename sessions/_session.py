@@ -35,10 +35,12 @@ from ._branching import Branch, fork_history, list_branches
 from ._catalogue import KEEP, info_change
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
+from ._history import first_valid_start
+from ._integrity import judge
 from ._locks import CrossLoopLock
 from ._observe import observed_load, observed_load_versioned
 from ._owned import OwnedStores
-from ._policy import DEFAULT_COMMIT_TIMEOUT
+from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, validate_integrity
 from ._resource import AsyncResource
 from ._sdk import (
     coerce_session_settings,
@@ -60,8 +62,10 @@ from ._validate import (
 )
 from .errors import (
     CommitConflictError,
+    CommitError,
     SessionClosedError,
     SessionError,
+    StorageError,
     StoreClosedError,
     UncommittedChangesWarning,
 )
@@ -128,6 +132,11 @@ class BufferedSession(AsyncResource):
     ``session_settings`` (an agents ``SessionSettings`` or a dict of its fields) gives
     ``get_items()`` its default ``limit``; it defaults to ``SessionSettings()``.
 
+    ``integrity`` (``"reject"``, ``"quarantine"``, ``"off"``; ``None`` takes the
+    store's): what ``commit()`` does with history the Responses API would refuse (an
+    output without its call, a call without its output in a finished turn, ...; see
+    ``docs/history.md``).
+
     A session made with ``store_factory`` (the one-liners ``SQLiteSession(id, path)``
     and ``PostgresSession(id, dsn)``) opens a store of its own per event loop, on first
     use there, so it can be shared by threads that each run an event loop (see
@@ -146,8 +155,10 @@ class BufferedSession(AsyncResource):
         session_settings: Any = None,
         commit_timeout: float | None = None,
         single_loop: str | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         self.session_id: str = validate_session_id(session_id)
+        self._integrity = None if integrity is None else validate_integrity(integrity)
         if (store is None) == (store_factory is None):
             raise TypeError("pass exactly one of store= or store_factory=")
         if single_loop is not None and store_factory is None:
@@ -202,6 +213,15 @@ class BufferedSession(AsyncResource):
         return DEFAULT_COMMIT_TIMEOUT if store is None else store.commit_timeout
 
     @property
+    def integrity(self) -> Integrity:
+        """What ``commit()`` does with history the API would refuse (the session's
+        ``integrity=``, else its store's)."""
+        if self._integrity is not None:
+            return self._integrity
+        store = self.store
+        return DEFAULT_INTEGRITY if store is None else store.integrity
+
+    @property
     def pending(self) -> PendingChanges:
         """What ``commit()`` would apply now (a snapshot; read-only)."""
         return self._staging.pending()
@@ -245,10 +265,13 @@ class BufferedSession(AsyncResource):
     ) -> list[Any]:
         """Stored history followed by the staged changes; the latest ``limit`` items.
 
-        ``limit`` defaults to ``session_settings.limit``. ``turns=N`` instead returns the
-        items of the last ``N`` whole turns (:meth:`turns`; staged items count as one
-        pending turn), never part of a turn; ``session_settings.limit`` does not apply
-        then, and ``limit`` may not be given with it.
+        ``limit`` defaults to ``session_settings.limit``. A limited read never starts
+        with a tool output whose call fell before it (the API would refuse it): it then
+        starts after that output, with fewer items (unless ``integrity="off"``).
+        ``turns=N`` instead returns the items of the last ``N`` whole turns (:meth:`turns`;
+        staged items count as one pending turn), never part of a turn;
+        ``session_settings.limit`` does not apply then, and ``limit`` may not be given
+        with it.
         """
         self._check_open("get_items")
         if turns is not None:
@@ -747,6 +770,7 @@ class BufferedSession(AsyncResource):
                     tail=plan.tail,
                     turn=TurnRecord(self._staging.run_id),
                 )
+            (batch,) = await judge(store.backend, self.session_id, [batch], self.integrity)
             outcome = await apply_batches(store, self.session_id, [batch])
         if outcome.error is None:
             return True
@@ -963,12 +987,21 @@ class BufferedSession(AsyncResource):
     async def _view(self, limit: int | None) -> list[Any]:
         clear, pops, staged = self._staging.view()
         if limit is not None and len(staged) >= limit:
-            return [decode_item(text) for text in staged[len(staged) - limit :]]
+            return self._whole([decode_item(text) for text in staged[len(staged) - limit :]])
         committed: list[Any] = []
         if not clear:
             need = None if limit is None else limit - len(staged)
             _, committed = await self._committed_tail(need, pops)
-        return committed + [decode_item(text) for text in staged]
+        items = committed + [decode_item(text) for text in staged]
+        return items if limit is None else self._whole(items)
+
+    def _whole(self, window: list[Any]) -> list[Any]:
+        """A limited read never starts with an output whose call it cut off (the API
+        would refuse it): it starts after the last such output (``integrity`` not off)."""
+        if self.integrity == "off":
+            return window
+        start = first_valid_start(window)
+        return window[start:] if start else window
 
     async def _committed_tail(
         self, need: int | None, exclude: set[int]
@@ -1045,10 +1078,25 @@ class BufferedSession(AsyncResource):
                 f"commit(expected_version=...) on session {self.session_id!r}: "
                 f"{type(store.backend).__name__} keeps no session versions"
             )
+        if self.integrity != "off" and store.backend.idempotent:
+            await self._settle_before_judging()
+        doubtful = set(self._staging.unresolved())
         batches = self._staging.seal(expected_version)
         if not batches:
             return
         self._version = None
+        try:
+            batches = await judge(store.backend, self.session_id, batches, self.integrity)
+        except BaseException as exc:
+            self._staging.failed(known=True, unknown=doubtful)  # nothing was sent
+            if isinstance(exc, StorageError):
+                raise CommitError(
+                    f"commit of session {self.session_id!r} failed reading the history it "
+                    f"is checked against (nothing applied; changes still staged): {exc}",
+                    session_id=self.session_id,
+                    outcome_known=True,
+                ) from exc
+            raise
         try:
             outcome = await apply_batches(store, self.session_id, batches)
         except BaseException as exc:  # in flight when it happened: outcome unknown
@@ -1062,6 +1110,20 @@ class BufferedSession(AsyncResource):
             raise outcome.error
         if expected_version is not None:
             self._version = expected_version + len(batches)
+
+    async def _settle_before_judging(self) -> None:
+        """Judge no batch that may already be stored (a resent batch in doubt): ask the
+        database first. (A non-idempotent backend, the wrapper's, resends as before.)"""
+        try:
+            await self._settle("commit")
+        except StorageError as exc:
+            raise CommitError(
+                f"commit of session {self.session_id!r}: the outcome of an earlier "
+                f"commit is still unknown (the database did not answer: {exc}); "
+                "changes still staged, commit() again is safe",
+                session_id=self.session_id,
+                outcome_known=False,
+            ) from exc
 
 
 async def _never(start: int, output: list[Any]) -> bool:

@@ -341,11 +341,16 @@ class Staging:
         self._stages = kept
 
     @_atomic
-    def failed(self, *, known: bool) -> None:
-        """The commit attempt of the ``SENT`` stages failed; ``known``: nothing applied."""
+    def failed(self, *, known: bool, unknown: Collection[str] = ()) -> None:
+        """The commit attempt of the ``SENT`` stages failed; ``known``: nothing applied.
+
+        ``unknown``: ids of stages whose outcome was unknown before this attempt; they
+        stay ``UNKNOWN`` even when this attempt is known to have sent nothing.
+        """
         for stage in self._stages:
             if stage.state is StageState.SENT:
-                stage.state = StageState.OPEN if known else StageState.UNKNOWN
+                doubt = not known or stage.batch_id in unknown
+                stage.state = StageState.UNKNOWN if doubt else StageState.OPEN
         self._merge()
 
     @_atomic

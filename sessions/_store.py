@@ -11,6 +11,7 @@ from ._backend import (
     AdminBackend,
     Backend,
     CatalogueBackend,
+    QuarantineEntry,
     SessionFilter,
     SessionInfo,
     TurnBackend,
@@ -19,10 +20,13 @@ from ._backend import (
 from ._catalogue import session_filter, validate_ttl, validate_user_id
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
+    DEFAULT_INTEGRITY,
     RECORD_MARGIN,
+    Integrity,
     RetryPolicy,
     kept_prefixes,
     min_record_age,
+    validate_integrity,
 )
 from ._resource import AsyncResource
 from ._validate import validate_positive_int, validate_seconds, validate_session_id
@@ -64,14 +68,18 @@ class Store(AsyncResource, Generic[S]):
     ``commit_timeout`` (seconds, default 30) bounds how long a commit, an autocommit
     write or ``close()`` may hold its caller; sessions may set their own.
 
+    ``integrity`` (``"quarantine"`` by default, ``"reject"`` or ``"off"``): what a
+    commit of its sessions does with history the Responses API would refuse (see
+    ``docs/history.md``); sessions may set their own.
+
     ``ttl`` (a ``timedelta``, default ``None``: none) is the store's default idle
     time-to-live: :meth:`purge` without ``older_than`` deletes sessions not updated for
     their own TTL (``set_info(ttl=...)``) or, without one, this one.
 
     ``session_class`` makes the sessions of :meth:`session`; it is called as
     ``session_class(session_id, store=store, autocommit=..., session_settings=...,
-    commit_timeout=...)`` (:class:`~sessions.BufferedSession` and its subclasses take
-    exactly that).
+    commit_timeout=...)``, plus ``integrity=...`` when one is given
+    (:class:`~sessions.BufferedSession` and its subclasses take exactly that).
     """
 
     session_class: Callable[..., S]
@@ -82,6 +90,7 @@ class Store(AsyncResource, Generic[S]):
         *,
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = DEFAULT_INTEGRITY,
         ttl: timedelta | None = None,
     ) -> None:
         if not isinstance(backend, Backend):
@@ -93,6 +102,7 @@ class Store(AsyncResource, Generic[S]):
         self._backend = backend
         self._retry = retry or RetryPolicy()
         self._commit_timeout = validate_seconds(commit_timeout, "commit_timeout")
+        self._integrity = validate_integrity(integrity)
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
 
@@ -115,6 +125,12 @@ class Store(AsyncResource, Generic[S]):
     def commit_timeout(self) -> float:
         """Seconds a commit, an autocommit write or ``close()`` may hold its caller."""
         return self._commit_timeout
+
+    @property
+    def integrity(self) -> Integrity:
+        """What commits of this store's sessions do with history the API would refuse:
+        ``"reject"``, ``"quarantine"`` or ``"off"`` (sessions may override it)."""
+        return self._integrity
 
     def check_usable(self, operation: str) -> None:
         """Refuse use once closing, or from an event loop other than the store's."""
@@ -142,19 +158,28 @@ class Store(AsyncResource, Generic[S]):
         autocommit: bool = False,
         session_settings: Any = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> S:
-        """A session on this store. Cheap: no I/O until it is used."""
+        """A session on this store. Cheap: no I/O until it is used.
+
+        ``integrity=None`` takes the store's."""
         self._check_open("session")
         validate_session_id(session_id)
+        if integrity is not None:
+            validate_integrity(integrity)
         make = getattr(self, "session_class", None)
         if make is None:
             raise SessionError(f"{self._describe()} has no session_class to make sessions with")
+        options: dict[str, Any] = {}
+        if integrity is not None:  # a session_class of before issue 14 need not take it
+            options["integrity"] = integrity
         return make(  # type: ignore[no-any-return]
             session_id,
             store=self,
             autocommit=autocommit,
             session_settings=session_settings,
             commit_timeout=commit_timeout,
+            **options,
         )
 
     def _describe(self) -> str:
@@ -274,9 +299,16 @@ class Store(AsyncResource, Generic[S]):
         return total
 
     async def delete_session(self, session_id: str) -> bool:
-        """Delete one session's history and metadata; ``False`` if it did not exist."""
+        """Delete one session's history, quarantine and metadata; ``False`` if it did
+        not exist."""
         validate_session_id(session_id)
         return await self._admin("delete_session").delete_session(session_id)
+
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        """The items kept out of a session's history (``integrity="quarantine"``,
+        ``sessions doctor --repair``), oldest first."""
+        validate_session_id(session_id)
+        return await self._admin("read_quarantine").read_quarantine(session_id)
 
     async def purge(
         self,

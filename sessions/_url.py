@@ -3,10 +3,12 @@
 * ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``; ``sqlite://`` or
   ``sqlite:///:memory:`` for an in-memory database. Query parameters:
   ``synchronous`` (``FULL``/``NORMAL``/``EXTRA``), ``busy_timeout`` (seconds) and
-  ``ttl`` (seconds: the store's default idle time-to-live, see ``Store.purge``).
+  ``ttl`` (seconds: the store's default idle time-to-live, see ``Store.purge``) and
+  ``integrity`` (``quarantine``/``reject``/``off``, see ``docs/history.md``).
 * ``postgresql://user:password@host:5432/db`` (or ``postgres://``, or
   ``postgresql+asyncpg://``): an asyncpg DSN. Our own query parameters ``schema``,
-  ``table_prefix`` and ``ttl`` are taken out and passed to :meth:`PostgresStore.open`; the rest of
+  ``table_prefix``, ``ttl`` and ``integrity`` are taken out and passed to
+  :meth:`PostgresStore.open`; the rest of
   the DSN goes to asyncpg untouched.
 
 Passwords never leave this module in clear: every URL and error message goes through
@@ -23,6 +25,7 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from ._policy import INTEGRITY_MODES
 from ._redact import redact
 from ._store import Store
 from .errors import SessionError, StorageError
@@ -126,10 +129,12 @@ def _parse_sqlite(url: str, shown: str) -> ParsedURL:
             options["busy_timeout"] = timeout
         elif key == "ttl":
             options["ttl"] = _ttl(value, shown)
+        elif key == "integrity":
+            options["integrity"] = _integrity(value, shown)
         else:
             raise ValueError(
                 f"database URL {shown!r}: unknown SQLite parameter {key!r} "
-                "(known: synchronous, busy_timeout, ttl)"
+                "(known: synchronous, busy_timeout, ttl, integrity)"
             )
     return ParsedURL("sqlite", path, options, url)
 
@@ -144,6 +149,14 @@ def _ttl(value: str, shown: str) -> timedelta:
             f"database URL {shown!r}: ttl must be a number of seconds > 0, got {value!r}"
         )
     return timedelta(seconds=seconds)
+
+
+def _integrity(value: str, shown: str) -> str:
+    if value not in INTEGRITY_MODES:
+        raise ValueError(
+            f"database URL {shown!r}: integrity must be quarantine, reject or off, got {value!r}"
+        )
+    return value
 
 
 def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
@@ -168,6 +181,8 @@ def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
             options[key] = value
         elif key == "ttl":
             options["ttl"] = _ttl(value, shown)
+        elif key == "integrity":
+            options["integrity"] = _integrity(value, shown)
         else:
             keep.append((key, value))
     plain_scheme = "postgresql" if scheme.startswith("postgresql") else "postgres"

@@ -11,6 +11,7 @@ __all__ = [
     "CommitError",
     "CommitVersionConflictError",
     "ConflictError",
+    "InvalidHistoryError",
     "InvalidItemError",
     "InvalidSessionIdError",
     "SessionClosedError",
@@ -43,6 +44,21 @@ class InvalidItemError(SessionError, TypeError):
         super().__init__(message)
         self.index = index
         self.item_type = item_type
+
+
+class InvalidHistoryError(SessionError):
+    """A commit would store history the Responses API refuses (``integrity="reject"``).
+
+    ``defects`` are the broken rules found in what the commit adds
+    (:class:`sessions._history.Defect`: position, rule, call id, a message naming item
+    types and call ids, never item text). Nothing was applied; the changes are still
+    staged, to fix (``pop_item``) or ``rollback()``.
+    """
+
+    def __init__(self, message: str, *, session_id: str, defects: tuple[object, ...]) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.defects = defects
 
 
 class SessionClosedError(SessionError, RuntimeError):

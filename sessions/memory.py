@@ -26,6 +26,7 @@ from ._backend import (
     Batch,
     BranchRow,
     InfoChange,
+    QuarantineEntry,
     Row,
     SessionFilter,
     SessionInfo,
@@ -33,7 +34,7 @@ from ._backend import (
     TurnUsage,
 )
 from ._catalogue import decode_metadata, version_conflict
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
 from .errors import ConflictError
@@ -58,6 +59,7 @@ class _History:
     turns: list[TurnRow] = field(default_factory=list)  # ordered by first_key
     fork_of: tuple[str, int, datetime] | None = None  # source id, at turn, when
     hidden: _Hidden = field(default_factory=lambda: _Hidden({}, []))  # rewound away
+    quarantine: tuple[QuarantineEntry, ...] = ()
 
     def info(self, session_id: str) -> SessionInfo:
         entry = self.catalogue
@@ -144,6 +146,7 @@ def _applied(
     turns = list(history.turns)
     hidden = history.hidden.copy()
     fork_of = history.fork_of
+    quarantine = list(history.quarantine)
     catalogue, version = history.catalogue, history.version
     created, updated = history.created_at, history.updated_at
     for batch in batches:
@@ -165,25 +168,21 @@ def _applied(
             run_state = _run_state_after(run_state, batch, session_id)
         if batch.branch is not None:
             fork_of = (batch.branch.source_id, batch.branch.at_turn, now)
+        _quarantined(quarantine, batch, now)
         done[batch.batch_id] = now
         updated = max(updated, now)
         if batch.restore_times is not None:  # a restore (import): the export's times
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(
-        created,
-        updated,
-        rows,
-        next_key,
-        done,
-        run_state,
-        catalogue,
-        version,
-        turns,
-        fork_of,
-        hidden,
-    )
+    kept = (created, updated, rows, next_key, done, run_state, catalogue, version)
+    return _History(*kept, turns, fork_of, hidden, tuple(quarantine))
+
+
+def _quarantined(quarantine: list[QuarantineEntry], batch: Batch, now: datetime) -> None:
+    """Append ``batch``'s quarantined items to ``quarantine`` (a copy)."""
+    for reason, text in batch.quarantine:
+        quarantine.append(QuarantineEntry(len(quarantine) + 1, batch.batch_id, reason, text, now))
 
 
 def _rows_after(rows: dict[int, str], batch: Batch, next_key: int, session_id: str) -> int:
@@ -402,6 +401,10 @@ class MemoryBackend:
         rows = [row for row in history.rows.items() if after is None or row[0] > after]
         return rows[:limit]
 
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        history = self._sessions.get(session_id)
+        return [] if history is None else list(history.quarantine)
+
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         pruned = 0
         keep = tuple(keep_prefixes)
@@ -427,10 +430,13 @@ class MemoryStore(Store["MemorySession"]):
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+        super().__init__(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         self.session_class = MemorySession
         self.memory = backend
 
@@ -442,10 +448,11 @@ class MemoryStore(Store["MemorySession"]):
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> MemoryStore:
         """A store over ``backend`` (a new, empty one when ``None``)."""
         shared = MemoryBackend() if backend is None else backend
-        return cls(shared, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+        return cls(shared, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity)
 
 
 class MemorySession(BufferedSession):
@@ -465,11 +472,13 @@ class MemorySession(BufferedSession):
         autocommit: bool = False,
         session_settings: Any = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         options: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
             "commit_timeout": commit_timeout,
+            "integrity": integrity,
         }
         if store is not None:
             if backend is not None:

@@ -43,6 +43,7 @@ from ._backend import (
     Batch,
     BranchRow,
     InfoChange,
+    QuarantineEntry,
     Row,
     SessionFilter,
     SessionInfo,
@@ -51,7 +52,13 @@ from ._backend import (
 )
 from ._catalogue import decode_metadata, validate_ttl, version_conflict
 from ._observe import HOOK
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import (
+    DEFAULT_COMMIT_TIMEOUT,
+    DEFAULT_INTEGRITY,
+    Integrity,
+    RetryPolicy,
+    validate_integrity,
+)
 from ._redact import redact
 from ._session import BufferedSession
 from ._store import Store
@@ -113,6 +120,21 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        3,
+        (
+            # Items kept out of the history because they break a history rule
+            # (integrity="quarantine"), written with the batch they came in.
+            "CREATE TABLE IF NOT EXISTS {quarantine} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " seq bigint NOT NULL,"
+            " batch_id text NOT NULL,"
+            " reason text NOT NULL,"
+            " data text NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " PRIMARY KEY (session_id, seq))",
+        ),
+    ),
+    (
         4,
         (
             # One row per commit that added items: the seq range of its items (docs/turns.md).
@@ -148,7 +170,6 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " PRIMARY KEY (source_id, session_id))",
         ),
     ),
-    # 3 belongs to another branch (quarantine); the runner applies every missing number.
     (
         5,
         (
@@ -343,6 +364,7 @@ class _Names:
             turns=self.table("turns"),
             branches=self.table("branches"),
             hidden=self.table("hidden_items"),
+            quarantine=self.table("quarantine"),
             session_tags=self.table("session_tags"),
             version=self.table("schema_version"),
             prefix=self.prefix,
@@ -468,6 +490,18 @@ _SQL_TURNS_LOAD = (
     "output_tokens, cached_tokens, reasoning_tokens) FROM {turns} "
     "WHERE session_id = $1 AND hidden_by IS NULL ORDER BY first_seq)"
 )
+# $1 session_id, $2 batch_id, $3 reasons text[], $4 data text[]; the session row is
+# locked by the committing transaction, so max(seq) is stable.
+_SQL_QUARANTINE = (
+    "INSERT INTO {quarantine} (session_id, seq, batch_id, reason, data, created_at) "
+    "SELECT $1, (SELECT coalesce(max(seq), 0) FROM {quarantine} WHERE session_id = $1) + u.ord,"
+    " $2, u.reason, u.data, now() "
+    "FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS u(reason, data, ord)"
+)
+_SQL_QUARANTINE_LOAD = (
+    "SELECT seq, batch_id, reason, data, created_at FROM {quarantine} "
+    "WHERE session_id = $1 ORDER BY seq"
+)
 _SQL_VERSION = "SELECT version FROM {sessions} WHERE session_id = $1"
 _SQL_TAGS_DELETE = "DELETE FROM {session_tags} WHERE session_id = $1"
 _SQL_TAGS_INSERT = (
@@ -498,6 +532,7 @@ SESSION_TABLES = (
     "batches",
     "run_states",
     "session_tags",
+    "quarantine",
     "turns",
     "hidden_items",
     "branches",  # the session's own fork record; its forks' records: source_id
@@ -520,6 +555,8 @@ class _ExtraSql:
     hide: str
     unhide_blocked: str
     unhide: str
+    quarantine: str
+    quarantine_load: str
     version: str
     tags_delete: str
     tags_insert: str
@@ -553,6 +590,8 @@ class _ExtraSql:
             hide=s(_SQL_HIDE),
             unhide_blocked=s(_SQL_UNHIDE_BLOCKED),
             unhide=s(_SQL_UNHIDE),
+            quarantine=s(_SQL_QUARANTINE),
+            quarantine_load=s(_SQL_QUARANTINE_LOAD),
         )
 
 
@@ -1096,6 +1135,10 @@ class PostgresBackend:
             await conn.execute(
                 sql.run_state_write, session_id, current + 1, change.text, change.label
             )
+        if batch.quarantine:
+            reasons = [reason for reason, _ in batch.quarantine]
+            texts = [text for _, text in batch.quarantine]
+            await conn.execute(sql.quarantine, session_id, batch.batch_id, reasons, texts)
         if batch.branch is not None:
             await conn.execute(sql.branch, batch.branch.source_id, session_id, batch.branch.at_turn)
         if batch.rewind is not None:
@@ -1239,6 +1282,10 @@ class PostgresBackend:
         start = -(2**62) if after is None else after
         rows = await self._fetch("read_range", self._sql.range, session_id, start, limit)
         return [(row[0], row[1]) for row in rows]
+
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        rows = await self._fetch("read", self._extra_sql.quarantine_load, session_id)
+        return [QuarantineEntry(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
 
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         if cutoff.tzinfo is None:
@@ -1387,7 +1434,7 @@ class PostgresBackend:
 
         async def run(conn: Any, phase: _Phase) -> int:
             version = await self._current_version(conn)
-            if version == SCHEMA_VERSION and not await self._missing(conn):
+            if version == SCHEMA_VERSION:
                 return version
             if not create:
                 where = f"schema {self._names.schema!r} (table prefix {self._names.prefix!r})"
@@ -1405,25 +1452,23 @@ class PostgresBackend:
             if not exists:
                 await conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{self._names.schema}"')
             await conn.execute(self._names.sql(_SQL_VERSION_TABLE))
-            missing = set(await self._missing(conn))
-            version = await conn.fetchval(
-                self._names.sql("SELECT coalesce(max(version), 0) FROM {version}")
-            )
-            self._check_version(version)
-            # Every missing number, not only those above the highest: branches merged in
-            # any order each add theirs (a schema at 5 made without 4 still gets 4).
+            rows = await conn.fetch(self._names.sql("SELECT version FROM {version}"))
+            recorded = {int(row[0]) for row in rows}
+            self._check_version(max(recorded, default=0))
             for number, statements in MIGRATIONS:
-                if number not in missing:
+                # Every migration not recorded, a gap below the newest one included:
+                # branches numbered their migrations apart (3: quarantine, 5: catalogue)
+                # and a schema may have met them in either order.
+                if number in recorded:
                     continue
                 for statement in statements:
                     await conn.execute(self._names.sql(statement))
                 await conn.execute(
                     self._names.sql("INSERT INTO {version} (version) VALUES ($1)"), number
                 )
-                version = max(version, number)
             phase.commit_sent = True
             await conn.execute("COMMIT")
-            return int(version)
+            return SCHEMA_VERSION
 
         return await self._run("schema setup", run)
 
@@ -1433,16 +1478,18 @@ class PostgresBackend:
         )
         if table is None:
             return None
-        version = await conn.fetchval(self._names.sql("SELECT max(version) FROM {version}"))
-        if version is not None:
-            self._check_version(version)
-        return None if version is None else int(version)
-
-    async def _missing(self, conn: Any) -> list[int]:
-        """Numbers of ``MIGRATIONS`` not recorded in the version table (which exists)."""
         rows = await conn.fetch(self._names.sql("SELECT version FROM {version}"))
-        applied = {row[0] for row in rows}
-        return [number for number, _ in MIGRATIONS if number not in applied]
+        if not rows:
+            return None
+        recorded = {int(row[0]) for row in rows}
+        self._check_version(max(recorded))
+        # The newest migration up to which none is missing (a gap is still to apply).
+        complete = 0
+        for number, _ in MIGRATIONS:
+            if number not in recorded:
+                break
+            complete = number
+        return complete
 
     def _check_version(self, version: int) -> None:
         if version > SCHEMA_VERSION:
@@ -1585,10 +1632,13 @@ class PostgresStore(Store["PostgresSession"]):
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, PostgresBackend):
             raise TypeError(f"backend must be a PostgresBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+        super().__init__(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         self.session_class = PostgresSession
         self.postgres = backend
 
@@ -1607,6 +1657,7 @@ class PostgresStore(Store["PostgresSession"]):
         create: bool = True,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
         **connect_kwargs: Any,
     ) -> PostgresStore:
         """Create a pool on ``dsn``, set up the schema, and return a store owning the pool.
@@ -1618,7 +1669,8 @@ class PostgresStore(Store["PostgresSession"]):
         PgBouncer in transaction pooling mode before 1.21). ``command_timeout`` bounds
         each statement (seconds); ``commit_timeout`` bounds how long a commit may hold its
         caller. ``ttl``: the store's default idle time-to-live (see
-        :meth:`~sessions.Store.purge`). Other keyword arguments go to
+        :meth:`~sessions.Store.purge`). ``integrity``: what commits do with history the
+        Responses API would refuse (``docs/history.md``). Other keyword arguments go to
         ``asyncpg.create_pool``.
         """
         if not isinstance(dsn, str) or not dsn:
@@ -1627,13 +1679,8 @@ class PostgresStore(Store["PostgresSession"]):
         _validate_pool_size(min_size, max_size)
         validate_seconds(commit_timeout, "commit_timeout")
         validate_ttl(ttl)
-        kwargs = dict(connect_kwargs)
-        if statement_cache_size is not None:
-            kwargs["statement_cache_size"] = statement_cache_size
-        skipper: _ResetSkipper | None = None
-        if kwargs.get("reset") is None:  # a caller's own reset hook is left alone
-            skipper = _ResetSkipper()
-            kwargs["reset"] = skipper
+        validate_integrity(integrity)
+        kwargs, skipper = _pool_options(connect_kwargs, statement_cache_size)
         pool = await _create_pool(
             dsn, min_size=min_size, max_size=max_size, command_timeout=command_timeout, **kwargs
         )
@@ -1643,7 +1690,9 @@ class PostgresStore(Store["PostgresSession"]):
             )
             backend._reset_skipper = skipper
             await backend.migrate(create=create)
-            store = cls(backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+            store = cls(
+                backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+            )
             store.check_usable("open")
         except BaseException:
             pool.terminate()
@@ -1661,6 +1710,7 @@ class PostgresStore(Store["PostgresSession"]):
         create: bool = True,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> PostgresStore:
         """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
 
@@ -1670,9 +1720,12 @@ class PostgresStore(Store["PostgresSession"]):
             raise TypeError(f"pool must be an asyncpg.Pool, got {type(pool).__name__}")
         validate_seconds(commit_timeout, "commit_timeout")
         validate_ttl(ttl)
+        validate_integrity(integrity)
         backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
         await backend.migrate(create=create)
-        store = cls(backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+        store = cls(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         store.check_usable("from_pool")
         return store
 
@@ -1691,6 +1744,20 @@ class PostgresStore(Store["PostgresSession"]):
 
     def _describe(self) -> str:
         return f"PostgresStore (schema {self.schema!r}, table prefix {self.table_prefix!r})"
+
+
+def _pool_options(
+    connect_kwargs: dict[str, Any], statement_cache_size: int | None
+) -> tuple[dict[str, Any], _ResetSkipper | None]:
+    """``asyncpg.create_pool`` keywords, with our reset hook unless the caller has one."""
+    kwargs = dict(connect_kwargs)
+    if statement_cache_size is not None:
+        kwargs["statement_cache_size"] = statement_cache_size
+    skipper: _ResetSkipper | None = None
+    if kwargs.get("reset") is None:  # a caller's own reset hook is left alone
+        skipper = _ResetSkipper()
+        kwargs["reset"] = skipper
+    return kwargs, skipper
 
 
 def _validate_pool_size(min_size: object, max_size: object) -> None:
@@ -1742,11 +1809,13 @@ class PostgresSession(BufferedSession):
         table_prefix: str | None = None,
         store: PostgresStore | None = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         options: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
             "commit_timeout": commit_timeout,
+            "integrity": integrity,
         }
         if store is not None:
             if not isinstance(store, PostgresStore):

@@ -28,6 +28,7 @@ from ._backend import (
     Batch,
     BranchRow,
     InfoChange,
+    QuarantineEntry,
     Row,
     SessionFilter,
     SessionInfo,
@@ -36,7 +37,13 @@ from ._backend import (
 )
 from ._catalogue import decode_metadata, validate_ttl, version_conflict
 from ._observe import HOOK
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import (
+    DEFAULT_COMMIT_TIMEOUT,
+    DEFAULT_INTEGRITY,
+    Integrity,
+    RetryPolicy,
+    validate_integrity,
+)
 from ._session import BufferedSession
 from ._store import Store
 from ._validate import validate_seconds
@@ -95,6 +102,22 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        3,
+        (
+            # Items kept out of the history because they break a history rule
+            # (integrity="quarantine"), written with the batch they came in.
+            "CREATE TABLE IF NOT EXISTS txs_quarantine ("
+            " session_id TEXT NOT NULL,"
+            " seq INTEGER NOT NULL,"
+            " batch_id TEXT NOT NULL,"
+            " reason TEXT NOT NULL,"
+            " data TEXT NOT NULL,"
+            " created_at REAL NOT NULL,"
+            " PRIMARY KEY (session_id, seq)"
+            ") WITHOUT ROWID",
+        ),
+    ),
+    (
         4,
         (
             # One row per commit that added items: the seq range of its items (docs/turns.md).
@@ -133,7 +156,6 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ") WITHOUT ROWID",
         ),
     ),
-    # 3 belongs to another branch (quarantine); the runner applies every missing number.
     (
         5,
         (
@@ -268,6 +290,15 @@ _SQL_LOAD_BRANCHES = (
     "SELECT session_id, at_turn, created_at FROM txs_branches WHERE source_id = ? "
     "ORDER BY created_at, session_id"
 )
+_SQL_QUARANTINE = (
+    "INSERT INTO txs_quarantine (session_id, seq, batch_id, reason, data, created_at) "
+    "VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM txs_quarantine WHERE session_id = ?), "
+    "?, ?, ?, ?)"
+)
+_SQL_QUARANTINE_LOAD = (
+    "SELECT seq, batch_id, reason, data, created_at FROM txs_quarantine "
+    "WHERE session_id = ? ORDER BY seq"
+)
 
 
 def _apply_extras(
@@ -297,6 +328,8 @@ def _apply_extras(
         conn.execute(
             _SQL_RUN_STATE_WRITE, (session_id, current + 1, change.text, change.label, now)
         )
+    for reason, text in batch.quarantine:
+        conn.execute(_SQL_QUARANTINE, (session_id, session_id, batch.batch_id, reason, text, now))
     if batch.branch is not None:
         conn.execute(_SQL_BRANCH, (batch.branch.source_id, session_id, batch.branch.at_turn, now))
     if batch.rewind is not None:
@@ -532,17 +565,18 @@ def _setup(conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> N
 def _migrate(conn: sqlite3.Connection) -> None:
     """Apply the missing ``MIGRATIONS`` (inside the caller's write transaction)."""
     conn.execute("CREATE TABLE IF NOT EXISTS txs_schema (version INTEGER NOT NULL)")
-    applied = {row[0] for row in conn.execute("SELECT version FROM txs_schema")}
-    version = max(applied, default=0)
+    recorded = {row[0] for row in conn.execute("SELECT version FROM txs_schema")}
+    version = max(recorded, default=0)
     if version > SCHEMA_VERSION:
         raise StorageError(
             f"database schema version {version} is newer than this version of "
             f"txsessions supports ({SCHEMA_VERSION}); upgrade txsessions"
         )
-    # Every missing number, not only those above the highest: branches merged in any
-    # order each add theirs (a file at 5 made without 4 still gets 4).
     for number, statements in MIGRATIONS:
-        if number in applied:
+        # Every migration not recorded, a gap below the newest one included: branches
+        # numbered their migrations apart (3: quarantine, 5: catalogue) and a file may
+        # have met them in either order.
+        if number in recorded:
             continue
         for statement in statements:
             conn.execute(statement)
@@ -623,6 +657,7 @@ SESSION_TABLES = (
     "txs_turns",
     "txs_hidden_items",
     "txs_branches",  # the session's own fork record; its forks' records: source_id, below
+    "txs_quarantine",
 )
 
 
@@ -895,6 +930,15 @@ class SQLiteBackend:
             (session_id, -(2**62) if after is None else after, limit),
         )
 
+    async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
+        rows = await self._run("read", _query, _SQL_QUARANTINE_LOAD, (session_id,))
+        return [
+            QuarantineEntry(
+                row[0], row[1], row[2], row[3], datetime.fromtimestamp(row[4], timezone.utc)
+            )
+            for row in rows
+        ]
+
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         return await self._run("prune", _prune, cutoff.timestamp(), list(keep_prefixes))
 
@@ -949,10 +993,13 @@ class SQLiteStore(Store["SQLiteSession"]):
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> None:
         if not isinstance(backend, SQLiteBackend):
             raise TypeError(f"backend must be a SQLiteBackend, got {type(backend).__name__}")
-        super().__init__(backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+        super().__init__(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         self.session_class = SQLiteSession
         self.sqlite = backend
 
@@ -966,6 +1013,7 @@ class SQLiteStore(Store["SQLiteSession"]):
         retry: RetryPolicy | None = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
         ttl: timedelta | None = None,
+        integrity: Integrity = DEFAULT_INTEGRITY,
     ) -> SQLiteStore:
         """Open (creating if needed) the database at ``path``.
 
@@ -974,18 +1022,23 @@ class SQLiteStore(Store["SQLiteSession"]):
         for speed. ``busy_timeout`` is how long a commit waits for other writers.
         ``commit_timeout`` bounds how long a commit may hold its caller (seconds).
         ``ttl``: the store's default idle time-to-live, see :meth:`~sessions.Store.purge`.
+        ``integrity``: what commits do with history the Responses API would refuse
+        (``"quarantine"``, ``"reject"`` or ``"off"``; ``docs/history.md``).
         """
         db_path = _validate_path(path)
         _validate_synchronous(synchronous)
         validate_seconds(busy_timeout, "busy_timeout", allow_zero=True)
         validate_seconds(commit_timeout, "commit_timeout")
+        validate_integrity(integrity)
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
         validate_ttl(ttl)
         backend = await SQLiteBackend.open(
             db_path, synchronous=synchronous, busy_timeout=busy_timeout
         )
-        store = cls(backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl)
+        store = cls(
+            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+        )
         store.check_usable("open")
         return store
 
@@ -1034,11 +1087,13 @@ class SQLiteSession(BufferedSession):
         synchronous: Synchronous | None = None,
         store: SQLiteStore | None = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> None:
         options: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
             "commit_timeout": commit_timeout,
+            "integrity": integrity,
         }
         if store is not None:
             if not isinstance(store, SQLiteStore):

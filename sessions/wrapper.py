@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._backend import Batch, Row
-from ._policy import DEFAULT_COMMIT_TIMEOUT, RetryPolicy
+from ._policy import DEFAULT_COMMIT_TIMEOUT, Integrity, RetryPolicy, validate_integrity
 from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
 from ._serde import decode_item, encode_item
 from ._session import BufferedSession
@@ -273,6 +273,8 @@ class _InnerBackend:
         inner = self._inner
         if batch.run_state is not None:
             raise StorageError("a TransactionalSession cannot store run states")
+        if batch.quarantine:
+            raise StorageError("a TransactionalSession cannot keep quarantined items")
         if batch.tail is not None:
             self._check_tail(batch)
         if batch.clear:
@@ -433,6 +435,7 @@ class _InnerStore(Store["TransactionalSession"]):
         autocommit: bool = False,
         session_settings: Any = None,
         commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
     ) -> TransactionalSession:
         raise SessionError(
             "a TransactionalSession's store serves that one session; wrap another "
@@ -456,6 +459,10 @@ class TransactionalSession(BufferedSession):
     ``inner`` (when its methods take one). Run states (``stage_run_state``) cannot be
     stored: ``inner`` has no place for them.
 
+    ``integrity`` (``"reject"`` by default, or ``"off"``): what ``commit()`` does with
+    history the Responses API would refuse (``docs/history.md``). ``"quarantine"`` is
+    refused: ``inner`` has no place to keep quarantined items.
+
     ``close()`` closes the wrapper only, never ``inner``: the caller owns it.
     """
 
@@ -466,7 +473,14 @@ class TransactionalSession(BufferedSession):
         autocommit: bool = False,
         session_settings: Any = None,
         commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        integrity: Integrity = "reject",
     ) -> None:
+        if validate_integrity(integrity) == "quarantine":
+            raise ValueError(
+                "TransactionalSession(integrity='quarantine'): the wrapped session has no "
+                "place to keep quarantined items; use 'reject' (the default) or 'off', or a "
+                "SQLiteSession / PostgresSession"
+            )
         _check_inner(inner)
         session_id = inner.session_id
         if session_settings is None:
@@ -478,6 +492,7 @@ class TransactionalSession(BufferedSession):
             store=_InnerStore(self._adapter, commit_timeout),
             autocommit=autocommit,
             session_settings=session_settings,
+            integrity=integrity,
         )
 
     @property

@@ -29,6 +29,11 @@ from agents import SQLiteSession
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from sessions import open_store
+from sessions._backend import Batch
+from sessions._commit import write_batches
+from sessions._doctor import check_rows
+from sessions._serde import encode_items
 from sessions.cli import main
 from sessions.cli.app import COMMANDS
 from sessions.cli.render import literal
@@ -152,7 +157,18 @@ async def _sdk_file(path: Path, sessions: dict[str, list[Any]]) -> None:
 
 
 def test_the_property_tests_cover_every_command() -> None:
-    covered = {"list", "show", "stats", "export", "import", "delete", "purge", "migrate", "demo"}
+    covered = {
+        "list",
+        "show",
+        "stats",
+        "export",
+        "import",
+        "delete",
+        "purge",
+        "migrate",
+        "doctor",
+        "demo",
+    }
     covered |= {"delete-user"}
     covered |= {"turns", "fork", "rewind", "usage"}
     assert set(COMMANDS) == covered
@@ -290,6 +306,18 @@ def test_migrate_shows_generated_text_literally(
     assert [r["session_id"] for r in strict_json(run("list", "--json", "--db", target).out)] == ids
 
 
+async def _raw(url: str, sessions: dict[str, list[Any]]) -> None:
+    """The items stored as they are, through the bulk write path (not judged at commit:
+    the point is history that breaks the rules)."""
+    store = await open_store(url)
+    try:
+        for n, (session_id, items) in enumerate(sessions.items()):
+            batch = Batch(f"raw-{n}", False, (), tuple(encode_items(items)))
+            await write_batches(store, session_id, [batch])
+    finally:
+        await store.close()
+
+
 async def _seed_users(url: str, users: list[str]) -> None:
     from sessions import open_store
 
@@ -301,6 +329,37 @@ async def _seed_users(url: str, users: list[str]) -> None:
             await session.commit()
     finally:
         await store.close()
+
+
+@SETTINGS
+@given(sessions=_sessions)
+@example(sessions=FIXED)
+def test_doctor_shows_generated_text_literally(
+    stores: Stores, sessions: dict[str, list[Any]]
+) -> None:
+    url = stores.fresh()
+    asyncio.run(_raw(url, sessions))
+    expected = {
+        session_id: check_rows(session_id, list(enumerate(encode_items(items), 1))).problems
+        for session_id, items in sessions.items()
+    }
+    found = sum(len(problems) for problems in expected.values())
+    text = run("doctor", "--db", url)
+    assert text.code == (1 if found else 0), text
+    for session_id, problems in expected.items():
+        for problem in problems:
+            assert f"row {problem.key}: {problem.kind}" in text.out
+            if problem.call_id:
+                assert literal(problem.call_id) in text.out
+        if problems:
+            assert f"session {literal(session_id)}:" in text.out
+    report = strict_json(run("doctor", "--json", "--db", url).out)
+    assert report["problems_found"] == found
+    assert {e["session_id"] for e in report["sessions"]} == {s for s, p in expected.items() if p}
+    repaired = run("doctor", "--repair", "--db", url)
+    assert repaired.code == 0, repaired
+    after = strict_json(run("doctor", "--json", "--db", url).out)
+    assert after["clean"] is True and after["quarantined_rows"] == report["problems_found"]
 
 
 @SETTINGS

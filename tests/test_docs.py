@@ -10,7 +10,8 @@ How the examples are read (README.md, "Development", says the same for writers):
   the command's stdin. Output is compared line by line after timestamps and file
   sizes are replaced on both sides; a line ``...`` stands for any number of lines,
   a line ending in ``...`` for any line starting with what comes before.
-  ``sessions`` is this checkout's command; ``COLUMNS`` is 90.
+  ``sessions`` is this checkout's command, ``python`` the interpreter running the
+  tests; ``COLUMNS`` is 90.
 * ``python`` blocks run with top-level ``await`` allowed (in an event loop; a block
   without top-level ``await`` runs as a script, outside any loop), each in a fresh
   namespace and an empty directory of its own; they pass when they raise nothing.
@@ -435,6 +436,9 @@ def run_console(block: Block, run: DocRun) -> None:
     shim = bindir / "sessions"
     shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m sessions "$@"\n')
     shim.chmod(0o755)
+    python = bindir / "python"  # the interpreter running the tests (it has the SDK)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
     envfile = run.root / "exported.sh"
     envfile.touch()
     with fixtures_for(block, setup):

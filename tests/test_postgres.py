@@ -151,6 +151,7 @@ async def test_bad_identifier_refused_by_from_pool_and_good_ones_accepted(
             "A_1branches",
             "A_1hidden_items",
             "A_1items",
+            "A_1quarantine",
             "A_1run_states",
             "A_1schema_version",
             "A_1session_tags",

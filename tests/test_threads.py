@@ -143,7 +143,9 @@ async def test_run_sync_from_a_thread_pool_shares_one_session(place: Target, sid
                 asyncio.get_event_loop_policy().get_event_loop()
             except RuntimeError:
                 asyncio.set_event_loop(asyncio.new_event_loop())
-        agent = Agent(name="a", model=ScriptedModel([[assistant_message(f"answer {i}")]]))
+        # Item ids unique, as the API's are (one repeated would be quarantined at commit).
+        answer = assistant_message(f"answer {i}", item_id=f"msg_{i}")
+        agent = Agent(name="a", model=ScriptedModel([[answer]]))
         result = Runner.run_sync(
             agent, f"question {i}", session=session, run_config=RunConfig(tracing_disabled=True)
         )

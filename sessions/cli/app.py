@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from .demo import demo_cmd
+from .doctor import doctor_cmd
 from .inspect import list_cmd, show_cmd, stats_cmd
 from .maintenance import delete_cmd, delete_user_cmd, migrate_cmd, purge_cmd
 from .options import ENV_URL, Globals
@@ -41,6 +42,7 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "delete-user": delete_user_cmd,
     "purge": purge_cmd,
     "migrate": migrate_cmd,
+    "doctor": doctor_cmd,
     "demo": demo_cmd,
 }
 

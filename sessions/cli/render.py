@@ -44,6 +44,7 @@ __all__ = [
     "Column",
     "Entry",
     "JsonArray",
+    "JsonObjectStream",
     "UsageError",
     "confirm",
     "error_line",
@@ -328,6 +329,29 @@ class JsonArray:
 
     def close(self) -> None:
         sys.stdout.write("]\n" if self._first else "\n]\n")
+
+
+class JsonObjectStream:
+    """A JSON object streamed to stdout: the fields of ``head``, then the array
+    ``field`` one element at a time (from :func:`json_text`), then the fields given to
+    :meth:`close`. One element per line."""
+
+    def __init__(self, head: dict[str, Any], field: str) -> None:
+        sys.stdout.write("{")
+        for key, value in head.items():
+            sys.stdout.write(f"\n  {json_text(key)}: {json_text(value)},")
+        sys.stdout.write(f"\n  {json_text(field)}: [")
+        self._first = True
+
+    def add(self, element: str) -> None:
+        sys.stdout.write(("\n    " if self._first else ",\n    ") + element)
+        self._first = False
+
+    def close(self, tail: dict[str, Any]) -> None:
+        sys.stdout.write("]" if self._first else "\n  ]")
+        for key, value in tail.items():
+            sys.stdout.write(f",\n  {json_text(key)}: {json_text(value)}")
+        sys.stdout.write("\n}\n")
 
 
 class _JsonGuard(io.TextIOBase):

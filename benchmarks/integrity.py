@@ -1,0 +1,238 @@
+"""What the integrity check costs: commit throughput with ``integrity="off"`` against the
+default (``"quarantine"``), in the same run; and a limited read with and without its trim.
+
+``python -m benchmarks.integrity [--quick] [--backends sqlite postgres] [--out DIR]``
+writes ``integrity.json`` and ``integrity.md`` to ``DIR`` (``benchmarks/results``).
+
+Workloads, each on every backend given, SDK-shaped turns (a user message, a function
+call, its output, an assistant message):
+
+* ``transaction``: one commit per turn (the whole turn staged, then ``commit()``); the
+  batch answers its own calls, so the check reads nothing.
+* ``autocommit``: the SDK's order on an autocommit session, three commits per turn
+  (input; model output with the call; tool output and answer): the output's commit
+  reads the stored tail to find its call.
+* ``core``: the ``transaction`` workload on a backend that stores nothing: the core's
+  cost alone, where the check's share is largest.
+* ``read``: ``get_items(limit=20)`` over a 200-item history whose window cuts a call
+  from its output.
+
+Modes alternate round by round (order rotating), each round on fresh sessions; the
+figure per mode is the median round, the ratio ``default / off`` of throughputs (1.0: no
+cost; 0.95: 5% slower). Other processes share the machine: read ratios with the spread
+of the rounds (recorded) in mind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from . import _env
+
+MODES = ("off", "quarantine")
+Round = Callable[[str], Awaitable[float]]  # mode -> operations per second
+
+
+def _turn(n: int) -> list[list[dict[str, Any]]]:
+    """One turn as the SDK writes it (three writes)."""
+    key = f"call_{n}"
+    return [
+        [{"role": "user", "content": f"question {n}: what is the weather in Paris?"}],
+        [
+            {
+                "type": "function_call",
+                "id": f"fc_{n}",
+                "call_id": key,
+                "name": "get_weather",
+                "arguments": '{"city":"Paris"}',
+            }
+        ],
+        [
+            {"type": "function_call_output", "call_id": key, "output": '{"temp": 21}'},
+            {
+                "type": "message",
+                "id": f"msg_{n}",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "21 degrees", "annotations": []}],
+            },
+        ],
+    ]
+
+
+async def _transactions(store: Any, mode: str, turns: int, sessions: int) -> float:
+    sids = [f"b-{uuid.uuid4().hex}" for _ in range(sessions)]
+    start = time.perf_counter()
+    for i in range(turns):
+        session = store.session(sids[i % sessions], integrity=mode)
+        for write in _turn(i):
+            await session.add_items(write)
+        await session.commit()
+    return turns / (time.perf_counter() - start)
+
+
+async def _autocommits(store: Any, mode: str, turns: int, sessions: int) -> float:
+    sids = [f"b-{uuid.uuid4().hex}" for _ in range(sessions)]
+    start = time.perf_counter()
+    for i in range(turns):
+        session = store.session(sids[i % sessions], integrity=mode, autocommit=True)
+        for write in _turn(i):
+            await session.add_items(write)
+    return turns / (time.perf_counter() - start)
+
+
+async def _reads(store: Any, mode: str, reads: int, sid: str) -> float:
+    session = store.session(sid, integrity=mode)
+    start = time.perf_counter()
+    for _ in range(reads):
+        await session.get_items(limit=20)
+    return reads / (time.perf_counter() - start)
+
+
+async def _seed(store: Any) -> str:
+    """A 200-item history whose latest 20 items start right after a call."""
+    sid = f"r-{uuid.uuid4().hex}"
+    session = store.session(sid, integrity="off")
+    n = 0
+    items: list[Any] = []
+    while len(items) < 199:
+        for write in _turn(n):
+            items.extend(write)
+        n += 1
+    await session.add_items(items[:199] + [{"role": "user", "content": "last"}])
+    await session.commit()
+    return sid
+
+
+async def _rounds(run: Round, rounds: int) -> dict[str, Any]:
+    """Every mode once per round (order rotating); medians and spreads per mode."""
+    results: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for r in range(rounds):
+        order = MODES if r % 2 == 0 else tuple(reversed(MODES))
+        for mode in order:
+            results[mode].append(await run(mode))
+    medians = {mode: statistics.median(values) for mode, values in results.items()}
+    return {
+        "per_second": {mode: round(value, 1) for mode, value in medians.items()},
+        "rounds": {mode: [round(v, 1) for v in values] for mode, values in results.items()},
+        "ratio_default_to_off": round(medians["quarantine"] / medians["off"], 4),
+    }
+
+
+async def _open(kind: str, directory: str, dsn: str | None) -> Any:
+    if kind == "sqlite":
+        from sessions import SQLiteStore
+
+        return await SQLiteStore.open(os.path.join(directory, f"{uuid.uuid4().hex}.db"))
+    if kind == "postgres":
+        from sessions import PostgresStore
+
+        assert dsn is not None
+        return await PostgresStore.open(dsn, schema="bench_integrity")
+    from .breakdown import _noop_store
+
+    return _noop_store()
+
+
+async def _backend(kind: str, directory: str, dsn: str | None, quick: bool) -> dict[str, Any]:
+    store = await _open(kind, directory, dsn)
+    turns, rounds = (20, 3) if quick else (200, 9)
+    if kind == "core":
+        turns *= 10
+    result: dict[str, Any] = {}
+    try:
+        result["transaction"] = await _rounds(
+            lambda mode: _transactions(store, mode, turns, 8), rounds
+        )
+        if kind != "core":
+            result["autocommit"] = await _rounds(
+                lambda mode: _autocommits(store, mode, turns // 2, 8), rounds
+            )
+            sid = await _seed(store)
+            result["read"] = await _rounds(lambda mode: _reads(store, mode, turns, sid), rounds)
+    finally:
+        await store.close()
+        if kind == "postgres":
+            from ._subjects import pg_schema
+
+            assert dsn is not None
+            await pg_schema(dsn, "bench_integrity", drop=True)
+    return result
+
+
+def _markdown(report: dict[str, Any]) -> str:
+    lines = [
+        '# Integrity check: commit throughput, `integrity="off"` vs the default',
+        "",
+        f"{report['machine']['date']}, {report['machine']['cpu']}, "
+        f"load at start {report['machine']['loadavg_start']}, at end {report['loadavg_end']}"
+        f"{' (quick run)' if report['quick'] else ''}.",
+        "",
+        "| backend | workload | off /s | default /s | default / off |",
+        "|---|---|---|---|---|",
+    ]
+    for backend, workloads in report["results"].items():
+        for name, figures in workloads.items():
+            per = figures["per_second"]
+            lines.append(
+                f"| {backend} | {name} | {per['off']} | {per['quarantine']} | "
+                f"{figures['ratio_default_to_off']} |"
+            )
+    lines += [
+        "",
+        "Medians of interleaved rounds (every round in `integrity.json`). `core` is a "
+        "backend that stores nothing (the core's cost alone); `read` is "
+        "`get_items(limit=20)` whose window cuts a call from its output (the default "
+        "trims it). Target: the check costs under 5% of commit throughput (ratio >= 0.95 "
+        "for `transaction` and `autocommit` on SQLite and PostgreSQL).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+async def _measure(backends: Sequence[str], dsn: str, quick: bool) -> dict[str, Any]:
+    report: dict[str, Any] = {"machine": _env.machine(), "quick": quick, "results": {}}
+    with tempfile.TemporaryDirectory() as directory:
+        for kind in backends:
+            report["results"][kind] = await _backend(kind, directory, dsn, quick)
+            print(kind, json.dumps(report["results"][kind]), file=sys.stderr)
+    report["loadavg_end"] = _env.loadavg()
+    return report
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.integrity")
+    parser.add_argument("--quick", action="store_true", help="few turns and rounds")
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=["core", "sqlite", "postgres"],
+        choices=["core", "sqlite", "postgres"],
+    )
+    here = os.path.dirname(os.path.abspath(__file__))
+    parser.add_argument("--out", default=os.path.join(here, "results"))
+    args = parser.parse_args(argv)
+    dsn = os.environ.get("SESSIONS_BENCH_POSTGRES_DSN") or os.environ.get(
+        "SESSIONS_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
+    )
+    report = asyncio.run(_measure(args.backends, dsn, args.quick))
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "integrity.json"), "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=2)
+        fh.write("\n")
+    with open(os.path.join(args.out, "integrity.md"), "w", encoding="utf-8") as fh:
+        fh.write(_markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,330 @@
+"""The rules a history must keep for the Responses API to take it back. Pure: no I/O.
+
+The API refuses (HTTP 400) an input in which a tool call's output has no matching call
+earlier in the input, a call has no output, or a reasoning item lacks the item it was
+emitted with. One such item stored in a session makes every later turn fail. These
+rules are checked at commit (``integrity=``, see :mod:`sessions._session`), by limited
+reads (:func:`first_valid_start`), by compaction (:func:`pairing_kept`) and by
+``sessions doctor``. ``docs/history.md`` renders :data:`RULES`.
+
+Items are the SDK's input items as stored (plain dicts). Pairs are matched by type and
+call id: the call's ``call_id`` (an MCP approval request's ``id``) against the output's
+``call_id`` (a local shell output's ``call_id``, else its ``id``; an MCP approval
+response's ``approval_request_id``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CALL_OUTPUT",
+    "RULES",
+    "Defect",
+    "answered_calls",
+    "calls_in",
+    "check_history",
+    "first_valid_start",
+    "item_label",
+    "offenders",
+    "pairing_kept",
+]
+
+#: Each call type and the type of the output that answers it.
+CALL_OUTPUT: dict[str, str] = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+    "computer_call": "computer_call_output",
+    "shell_call": "shell_call_output",
+    "local_shell_call": "local_shell_call_output",
+    "apply_patch_call": "apply_patch_call_output",
+    "mcp_approval_request": "mcp_approval_response",
+}
+_OUTPUT_CALL = {output: call for call, output in CALL_OUTPUT.items()}
+
+#: Calls that need no answer for the API to take the history: an MCP approval request
+#: may stay unanswered (the user declined to decide; the SDK asks again).
+_ANSWER_OPTIONAL = frozenset({"mcp_approval_request"})
+
+#: Item ids that are not ids: the SDK's placeholder for items of models without ids,
+#: and the default id of ``agents.testing.assistant_message`` (every scripted answer
+#: has it: a test's conversation must not lose its answers to the duplicate-id rule).
+_PLACEHOLDER_IDS = frozenset({"__fake_id__", "scripted-message"})
+
+#: Types whose ``id`` names another item rather than the item itself.
+_ID_IS_REFERENCE = frozenset({"local_shell_call_output", "item_reference"})
+
+#: ``name -> description``: every rule checked, as ``docs/history.md`` shows it.
+RULES: dict[str, str] = {
+    "orphan_output": (
+        "A tool output (`function_call_output`, `custom_tool_call_output`, "
+        "`computer_call_output`, `shell_call_output`, `local_shell_call_output`, "
+        "`apply_patch_call_output`) or an `mcp_approval_response` must come after a call "
+        "of the matching type with the same call id (an approval response: the request's "
+        "`id`)."
+    ),
+    "missing_output": (
+        "A call (`function_call`, `custom_tool_call`, `computer_call`, `shell_call`, "
+        "`local_shell_call`, `apply_patch_call`) must have its output later in the "
+        "history, unless the turn is unfinished and the call is pending: nothing but "
+        "calls, outputs and reasoning follows it (a run cancelled or waiting for an "
+        "approval; the SDK resumes it). An `mcp_approval_request` may stay unanswered."
+    ),
+    "duplicate_call": "Two calls of one type must not share a call id.",
+    "duplicate_output": "A call must not be answered twice.",
+    "duplicate_id": (
+        "Two items must not share an `id` (the API refuses duplicate item ids). Not ids: "
+        "the SDK's placeholder `__fake_id__` and `scripted-message`, the default id of "
+        "`agents.testing.assistant_message`."
+    ),
+    "reasoning_without_follower": (
+        "A `reasoning` item must be followed by an item the model emitted with it (a "
+        "call, an assistant message, another reasoning item), not by a user, system or "
+        "developer message or a tool output, and must not end a finished history."
+    ),
+    "not_an_object": "Every item must be a JSON object.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Defect:
+    """One broken rule at one item of a checked sequence."""
+
+    index: int
+    """Position of the offending item in the checked sequence."""
+    kind: str
+    """The rule's name, a key of :data:`RULES`."""
+    call_id: str | None
+    """The call id concerned (``None`` when the rule is not about a pair)."""
+    message: str
+    """Names the item's type and call id; never shows the item's text."""
+
+
+def item_label(item: Any) -> str:
+    """A short, text-free name of an item: its type (or role), never its content."""
+    if not isinstance(item, dict):
+        return type(item).__name__
+    kind = item.get("type")
+    if isinstance(kind, str):
+        return kind
+    role = item.get("role")
+    return f"{role} message" if isinstance(role, str) else "item without a type"
+
+
+def _type(item: Any) -> str | None:
+    kind = item.get("type")
+    if isinstance(kind, str):
+        return kind
+    return "message" if "role" in item else None
+
+
+def _call_key(kind: str, item: dict[str, Any]) -> str | None:
+    key = item.get("id") if kind == "mcp_approval_request" else item.get("call_id")
+    return key if isinstance(key, str) else None
+
+
+def _output_key(kind: str, item: dict[str, Any]) -> str | None:
+    if kind == "mcp_approval_response":
+        key = item.get("approval_request_id")
+    else:
+        key = item.get("call_id")
+        if key is None and kind == "local_shell_call_output":
+            key = item.get("id")
+    return key if isinstance(key, str) else None
+
+
+def _follows_reasoning(kind: str | None, item: dict[str, Any]) -> bool:
+    """Whether this item may follow a reasoning item (emitted by the model with it)."""
+    if kind in _OUTPUT_CALL:
+        return False
+    if kind == "message" or (kind is None and "role" in item):
+        return item.get("role") == "assistant"
+    return True
+
+
+class _Checker:
+    """One pass over a sequence; collects defects in order of the items."""
+
+    def __init__(self, finished: bool) -> None:
+        self.finished = finished
+        self.defects: list[Defect] = []
+        self.calls: dict[tuple[str, str], int] = {}  # (call type, key) -> index
+        self.answered: set[tuple[str, str]] = set()
+        self.ids: set[str] = set()
+        self.last_move = -1  # index of the last item past which pending calls are late
+
+    def add(self, index: int, kind: str, call_id: str | None, message: str) -> None:
+        self.defects.append(Defect(index, kind, call_id, message))
+
+    def item(self, index: int, item: Any, after: Any) -> None:
+        if type(item) is not dict:
+            self.add(
+                index, "not_an_object", None, f"the item is a {item_label(item)}, not an object"
+            )
+            return
+        kind = _type(item)
+        if "id" in item:
+            self._check_id(index, kind, item)
+        if kind in CALL_OUTPUT:
+            self._call(index, kind, item)
+        elif kind in _OUTPUT_CALL:
+            self._output(index, kind, item)
+        elif kind == "reasoning":
+            self._reasoning(index, after)
+        else:  # a message or anything else: the run went past pending calls
+            self.last_move = index
+
+    def _check_id(self, index: int, kind: str | None, item: dict[str, Any]) -> None:
+        item_id = item["id"]
+        if not isinstance(item_id, str) or not item_id or kind in _ID_IS_REFERENCE:
+            return
+        if item_id in _PLACEHOLDER_IDS:
+            return
+        if item_id in self.ids:
+            self.add(index, "duplicate_id", None, f"{kind} item repeats an item id")
+        self.ids.add(item_id)
+
+    def _call(self, index: int, kind: str, item: dict[str, Any]) -> None:
+        key = _call_key(kind, item)
+        if key is None:
+            return  # nothing can answer it; the API reports its own schema errors
+        if (kind, key) in self.calls:
+            self.add(index, "duplicate_call", key, f"{kind} {key!r} appears twice")
+            return
+        self.calls[(kind, key)] = index
+
+    def _output(self, index: int, kind: str, item: dict[str, Any]) -> None:
+        key = _output_key(kind, item)
+        call = _OUTPUT_CALL[kind]
+        if key is None or (call, key) not in self.calls:
+            self.add(index, "orphan_output", key, f"{kind} {key!r} has no {call} before it")
+        elif (call, key) in self.answered:
+            self.add(index, "duplicate_output", key, f"{kind} {key!r} answers it again")
+        else:
+            self.answered.add((call, key))
+
+    def _reasoning(self, index: int, after: Any) -> None:
+        if after is None:
+            if self.finished:
+                self.add(
+                    index,
+                    "reasoning_without_follower",
+                    None,
+                    "a reasoning item ends the history",
+                )
+            return
+        if isinstance(after, dict) and not _follows_reasoning(_type(after), after):
+            self.add(
+                index,
+                "reasoning_without_follower",
+                None,
+                f"a reasoning item is followed by a {item_label(after)}",
+            )
+
+    def unanswered(self) -> None:
+        for (kind, key), index in self.calls.items():
+            if (kind, key) in self.answered or kind in _ANSWER_OPTIONAL:
+                continue
+            if not self.finished and index > self.last_move:
+                continue  # pending: the SDK resumes it
+            self.add(index, "missing_output", key, f"{kind} {key!r} has no {CALL_OUTPUT[kind]}")
+
+
+def check_history(items: Sequence[Any], *, finished: bool = True) -> list[Defect]:
+    """Every broken rule in ``items`` (oldest first), ordered by position.
+
+    ``finished=False``: the sequence may end mid-run (cancelled, awaiting an approval):
+    calls with nothing but calls, outputs and reasoning after them are pending, not
+    missing their outputs, and a trailing reasoning item is allowed.
+    """
+    checker = _Checker(finished)
+    count = len(items)
+    for index, item in enumerate(items):
+        checker.item(index, item, items[index + 1] if index + 1 < count else None)
+    checker.unanswered()
+    checker.defects.sort(key=lambda defect: defect.index)
+    return checker.defects
+
+
+def offenders(defects: Iterable[Defect]) -> set[int]:
+    """Positions of the items to take out so the rest keeps fewer broken rules."""
+    return {defect.index for defect in defects}
+
+
+def first_valid_start(items: Sequence[Any]) -> int:
+    """Where a window of the latest items may start: past every output whose call it
+    cut off.
+
+    A read limited to the latest N items may cut a call from its output (the call fell
+    before the window). Starting after the last such output drops the cut exchange;
+    outputs after it whose calls fell before the new start are cut off in turn, so the
+    scan repeats until none is left. The window from there serves no orphan output.
+    """
+    start = 0
+    while True:
+        cut = _last_orphan(items, start)
+        if cut is None:
+            return start
+        start = cut + 1
+
+
+def _last_orphan(items: Sequence[Any], start: int) -> int | None:
+    """Position of the last output in ``items[start:]`` whose call is not before it there."""
+    last: int | None = None
+    calls: set[tuple[str, str]] = set()
+    for index in range(start, len(items)):
+        item = items[index]
+        if not isinstance(item, dict):
+            continue
+        kind = _type(item)
+        if kind in CALL_OUTPUT:
+            key = _call_key(kind, item)
+            if key is not None:
+                calls.add((kind, key))
+        elif kind in _OUTPUT_CALL:
+            key = _output_key(kind, item)
+            if key is None or (_OUTPUT_CALL[kind], key) not in calls:
+                last = index
+    return last
+
+
+def calls_in(items: Sequence[Any]) -> set[tuple[str, str]]:
+    """``(call type, call id)`` of every call in ``items``."""
+    found: set[tuple[str, str]] = set()
+    for item in items:
+        if isinstance(item, dict):
+            kind = _type(item)
+            if kind in CALL_OUTPUT:
+                key = _call_key(kind, item)
+                if key is not None:
+                    found.add((kind, key))
+    return found
+
+
+def answered_calls(items: Sequence[Any]) -> set[tuple[str, str]]:
+    """``(call type, call id)`` of the calls that outputs in ``items`` answer and that
+    ``items`` do not hold before them: what must be found earlier in the history."""
+    seen: set[tuple[str, str]] = set()
+    wanted: set[tuple[str, str]] = set()
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        kind = _type(item)
+        if kind in CALL_OUTPUT:
+            key = _call_key(kind, item)
+            if key is not None:
+                seen.add((kind, key))
+        elif kind in _OUTPUT_CALL:
+            key = _output_key(kind, item)
+            if key is not None and (_OUTPUT_CALL[kind], key) not in seen:
+                wanted.add((_OUTPUT_CALL[kind], key))
+    return wanted
+
+
+def pairing_kept(removed: list[Any]) -> bool:
+    """Whether removing ``removed`` (an end of the history) splits no call from its
+    output: no output in it answers a call outside it (what
+    :data:`sessions._compaction.PAIRING_CHECK` asks)."""
+    return first_valid_start(removed) == 0

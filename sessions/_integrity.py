@@ -1,0 +1,163 @@
+"""Integrity at commit: the history rules (:mod:`sessions._history`) applied to batches.
+
+Once for every backend: :meth:`sessions.BufferedSession.commit` hands its sealed
+batches to :func:`judge` before the commit path. What a commit adds is checked in the
+context of the stored history it depends on, and only as much of that as it needs:
+nothing is read when every output the batches add answers a call they add too (a
+whole turn in one transaction); otherwise the latest stored items are read, doubling,
+until the calls answered are found or the history is read whole.
+
+A commit is judged as the SDK resumes a run (``finished=False``): calls at the end
+of what it adds with nothing after them but calls, outputs and reasoning are pending
+(a cancelled run, a run waiting for an approval), not missing their outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ._backend import Backend, Batch
+from ._history import Defect, answered_calls, calls_in, check_history, item_label
+from ._observe import observed_load
+from ._policy import Integrity
+from .errors import InvalidHistoryError
+
+__all__ = ["judge"]
+
+logger = logging.getLogger("sessions")
+
+#: How many stored items a commit reads first when it needs context.
+_FIRST_READ = 16
+
+
+def _decode(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+class _Added:
+    """The items the batches add after their last clear, decoded, with their batch."""
+
+    def __init__(self, batches: Sequence[Batch]) -> None:
+        start = 0
+        for index, batch in enumerate(batches):
+            if batch.clear:
+                start = index
+        self.cleared = any(batch.clear for batch in batches)
+        self.pops = {key for batch in batches for key in batch.pops}
+        self.owner: list[int] = []  # batch index of each item
+        self.texts: list[str] = []
+        for index in range(start, len(batches)):
+            texts = batches[index].items
+            self.owner += [index] * len(texts)
+            self.texts += texts
+        try:  # one decode for the lot: staged texts are JSON objects (add_items checked)
+            self.items: list[Any] = json.loads(f"[{','.join(self.texts)}]")
+        except ValueError:
+            self.items = [_decode(text) for text in self.texts]
+
+
+async def _context(backend: Backend, session_id: str, added: _Added) -> list[Any]:
+    """The stored items (oldest first) the added items need: enough of the end of the
+    history to hold every call the added outputs answer, ``[]`` if none is needed."""
+    if added.cleared:
+        return []
+    wanted = answered_calls(added.items)
+    if not wanted:
+        return []
+    fetch = _FIRST_READ + len(wanted) + len(added.pops)
+    while True:
+        rows = await observed_load(backend, session_id, fetch)
+        items = [_decode(text) for key, text in rows if key not in added.pops]
+        if len(rows) < fetch or not wanted - calls_in(items):
+            return items
+        fetch *= 4
+
+
+def _defects(context: list[Any], items: list[Any]) -> list[Defect]:
+    base = len(context)
+    found = check_history(context + items, finished=False)
+    return [replace(d, index=d.index - base) for d in found if d.index >= base]
+
+
+def _message(session_id: str, defects: Sequence[Defect], items: Sequence[Any]) -> str:
+    shown = "; ".join(
+        f"item {d.index} ({item_label(items[d.index])}): {d.kind}: {d.message}" for d in defects[:5]
+    )
+    more = f" (and {len(defects) - 5} more)" if len(defects) > 5 else ""
+    return (
+        f"session {session_id!r}: the commit would store history the Responses API "
+        f"refuses: {shown}{more}. Nothing was applied; the changes are still staged "
+        "(pop_item() or rollback() them)"
+    )
+
+
+async def judge(
+    backend: Backend, session_id: str, batches: Sequence[Batch], mode: Integrity
+) -> list[Batch]:
+    """The batches to apply under ``mode``.
+
+    ``"off"``: as given. ``"reject"``: as given if they keep the rules, else
+    :class:`~sessions.errors.InvalidHistoryError`. ``"quarantine"``: the offending
+    items moved from each batch's ``items`` to its ``quarantine``.
+    """
+    if mode == "off" or not any(batch.items for batch in batches):
+        return list(batches)
+    added = _Added(batches)
+    context: list[Any] = []
+    defects = check_history(added.items, finished=False)
+    if any(defect.kind == "orphan_output" for defect in defects):
+        # Its call may be stored: judge again with as much of the history as it needs.
+        context = await _context(backend, session_id, added)
+        defects = _defects(context, added.items)
+    if not defects:
+        return list(batches)
+    if mode == "reject":
+        raise InvalidHistoryError(
+            _message(session_id, defects, added.items),
+            session_id=session_id,
+            defects=tuple(defects),
+        )
+    return _quarantined(session_id, batches, added, context, defects)
+
+
+def _quarantined(
+    session_id: str,
+    batches: Sequence[Batch],
+    added: _Added,
+    context: list[Any],
+    defects: list[Defect],
+) -> list[Batch]:
+    """Take offending items out until what is left keeps the rules."""
+    reasons: dict[int, str] = {}
+    kept = list(range(len(added.items)))
+    while defects:
+        for defect in defects:
+            position = kept[defect.index]
+            reasons.setdefault(position, f"{defect.kind}: {defect.message}")
+        out = {kept[d.index] for d in defects}
+        kept = [position for position in kept if position not in out]
+        defects = _defects(context, [added.items[position] for position in kept])
+    result: list[Batch] = []
+    for index, batch in enumerate(batches):
+        mine = [p for p, owner in enumerate(added.owner) if owner == index]
+        if not mine:
+            result.append(batch)
+            continue
+        moved = tuple((reasons[p], added.texts[p]) for p in mine if p in reasons)
+        items = tuple(added.texts[p] for p in mine if p not in reasons)
+        result.append(replace(batch, items=items, quarantine=batch.quarantine + moved))
+    logger.warning(
+        "session %r: %d item(s) kept out of the history and quarantined (integrity="
+        "'quarantine'): %s",
+        session_id,
+        len(reasons),
+        "; ".join(reasons[p] for p in sorted(reasons)),
+    )
+    return result

@@ -1,0 +1,196 @@
+"""The history rules (``sessions._history``), one test per written rule and pair type.
+
+Pure functions over plain items: no database. The same rules at commit, on every
+backend, are in ``tests/contract/test_integrity.py``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sessions._history import (
+    CALL_OUTPUT,
+    RULES,
+    check_history,
+    first_valid_start,
+    pairing_kept,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def user(text: str = "hi") -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str = "ok", item_id: str | None = None) -> dict[str, Any]:
+    item: dict[str, Any] = {"type": "message", "role": "assistant", "content": text}
+    if item_id is not None:
+        item["id"] = item_id
+    return item
+
+
+def call(kind: str, key: str) -> dict[str, Any]:
+    if kind == "mcp_approval_request":
+        return {"type": kind, "id": key, "name": "t", "arguments": "{}", "server_label": "s"}
+    return {"type": kind, "call_id": key}
+
+
+def output(kind: str, key: str) -> dict[str, Any]:
+    if kind == "mcp_approval_response":
+        return {"type": kind, "approval_request_id": key, "approve": True}
+    return {"type": kind, "call_id": key, "output": "done"}
+
+
+def reasoning(item_id: str = "rs_1") -> dict[str, Any]:
+    return {"type": "reasoning", "id": item_id, "summary": []}
+
+
+def kinds(items: list[Any], finished: bool = True) -> list[tuple[int, str]]:
+    return [(d.index, d.kind) for d in check_history(items, finished=finished)]
+
+
+PAIRS = sorted(CALL_OUTPUT.items())
+
+
+@pytest.mark.parametrize(("call_type", "output_type"), PAIRS)
+def test_every_pair_type_answered_in_order_keeps_the_rules(
+    call_type: str, output_type: str
+) -> None:
+    assert kinds([user(), call(call_type, "c1"), output(output_type, "c1"), assistant()]) == []
+
+
+@pytest.mark.parametrize(("call_type", "output_type"), PAIRS)
+def test_orphan_output_of_every_pair_type_is_a_defect(call_type: str, output_type: str) -> None:
+    assert kinds([user(), output(output_type, "c1"), assistant()]) == [(1, "orphan_output")]
+    # the call after its output does not help, nor a call of another type
+    other = "function_call" if call_type != "function_call" else "custom_tool_call"
+    assert (1, "orphan_output") in kinds([user(), output(output_type, "c1"), call(call_type, "c1")])
+    assert (2, "orphan_output") in kinds([user(), call(other, "c1"), output(output_type, "c1")])
+
+
+def test_local_shell_output_may_name_its_call_by_id() -> None:
+    items = [call("local_shell_call", "c1"), {"type": "local_shell_call_output", "id": "c1"}]
+    assert kinds(items) == []
+
+
+@pytest.mark.parametrize("call_type", sorted(set(CALL_OUTPUT) - {"mcp_approval_request"}))
+def test_missing_output_is_a_defect_in_a_finished_history(call_type: str) -> None:
+    assert kinds([user(), call(call_type, "c1")]) == [(1, "missing_output")]
+
+
+@pytest.mark.parametrize("call_type", sorted(CALL_OUTPUT))
+def test_pending_calls_at_the_end_of_an_unfinished_history_are_not_defects(
+    call_type: str,
+) -> None:
+    items = [
+        user(),
+        reasoning(),
+        call(call_type, "c1"),
+        call("function_call", "c2"),
+        output("function_call_output", "c2"),
+    ]
+    assert kinds(items, finished=False) == []
+
+
+def test_a_call_the_run_went_past_is_missing_its_output_even_when_unfinished() -> None:
+    items = [user(), call("function_call", "c1"), assistant(), user("again")]
+    assert kinds(items, finished=False) == [(1, "missing_output")]
+
+
+def test_an_unanswered_mcp_approval_request_is_not_a_defect() -> None:
+    assert kinds([user(), call("mcp_approval_request", "r1"), assistant()]) == []
+
+
+def test_duplicate_call_is_a_defect() -> None:
+    items = [call("function_call", "c1"), call("function_call", "c1")]
+    items += [output("function_call_output", "c1")]
+    assert (1, "duplicate_call") in kinds(items)
+
+
+def test_duplicate_output_is_a_defect() -> None:
+    items = [call("function_call", "c1"), output("function_call_output", "c1")]
+    items += [output("function_call_output", "c1")]
+    assert kinds(items) == [(2, "duplicate_output")]
+
+
+def test_duplicate_id_is_a_defect_but_the_sdk_placeholder_id_is_not() -> None:
+    assert kinds([assistant(item_id="m1"), assistant(item_id="m1")]) == [(1, "duplicate_id")]
+    placeholder = "__fake_id__"
+    assert kinds([assistant(item_id=placeholder), assistant(item_id=placeholder)]) == []
+
+
+def test_reasoning_without_follower_is_a_defect() -> None:
+    assert kinds([user(), reasoning(), user("next")]) == [(1, "reasoning_without_follower")]
+    assert kinds([user(), reasoning()]) == [(1, "reasoning_without_follower")]
+    assert kinds([user(), reasoning()], finished=False) == []  # the rest is on its way
+    assert kinds([user(), reasoning(), assistant()]) == []
+    assert kinds([user(), reasoning(), reasoning("rs_2"), assistant()]) == []
+
+
+def test_not_an_object_is_a_defect() -> None:
+    assert kinds([user(), "plain text", 3]) == [(1, "not_an_object"), (2, "not_an_object")]
+
+
+def test_every_rule_has_a_test_here() -> None:
+    source = Path(__file__).read_text()
+    for name in RULES:
+        assert f'"{name}"' in source.replace(f'RULES["{name}"]', ""), name
+
+
+def test_messages_name_types_and_call_ids_never_item_text() -> None:
+    secret = "the user's secret text"
+    items = [user(secret), {"type": "function_call_output", "call_id": "c9", "output": secret}]
+    (defect,) = check_history(items)
+    assert "c9" in defect.message and "function_call_output" in defect.message
+    assert secret not in defect.message
+
+
+def test_first_valid_start_skips_past_the_last_output_whose_call_was_cut_off() -> None:
+    window = [
+        output("function_call_output", "a"),
+        assistant(),
+        user(),
+        call("function_call", "b"),
+        output("function_call_output", "b"),
+    ]
+    assert first_valid_start(window) == 1
+    assert first_valid_start(window[1:]) == 0
+    assert first_valid_start([]) == 0
+    # cutting past o1 cuts c3 off from o3: the scan goes on past it too
+    cut = [
+        call("function_call", "c3"),
+        output("function_call_output", "c1"),
+        output("function_call_output", "c3"),
+        assistant(),
+    ]
+    assert first_valid_start(cut) == 3
+    cut = [call("function_call", "c3"), output("function_call_output", "c1")]
+    cut += [output("function_call_output", "c2"), output("function_call_output", "c3")]
+    assert first_valid_start([*cut[:1], *cut[2:3], *cut[1:2], *cut[3:], assistant()]) == 4
+
+
+def test_pairing_kept_refuses_removing_an_output_whose_call_stays() -> None:
+    assert pairing_kept([output("function_call_output", "a"), assistant()]) is False
+    assert pairing_kept([call("function_call", "a"), output("function_call_output", "a")])
+
+
+def test_docs_history_md_shows_every_rule() -> None:
+    text = (ROOT / "docs" / "history.md").read_text()
+    for name, description in RULES.items():
+        assert f"| `{name}` | {description} |" in text, name
+
+
+def test_scripted_answers_sharing_the_agents_testing_default_id_are_not_duplicates() -> None:
+    answer = {
+        "type": "message",
+        "role": "assistant",
+        "id": "scripted-message",
+        "content": [{"type": "output_text", "text": "hi"}],
+    }
+    assert check_history([answer, dict(answer)]) == []
+    other = {**answer, "id": "msg_1"}
+    assert [d.kind for d in check_history([other, dict(other)])] == ["duplicate_id"]
