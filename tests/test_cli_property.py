@@ -243,10 +243,11 @@ def test_writing_commands_show_generated_text_literally(
 
 
 async def _seed_turns(url: str, sessions: dict[str, list[Any]], run_id: str) -> None:
-    """Each session: its items as turn 1, then one item as turn 2 with ``run_id`` and usage."""
+    """Each session: its items as turn 1, then one item as turn 2 with ``run_id`` and usage
+    (stored verbatim, ``integrity="off"``, as ``seed`` does)."""
     from sessions import TurnUsage, open_store
 
-    store = await open_store(url)
+    store = await open_store(url, integrity="off")
     try:
         for session_id, items in sessions.items():
             session = store.session(session_id)
