@@ -19,11 +19,14 @@ from ._backend import (
     QuarantineEntry,
     SessionFilter,
     SessionInfo,
+    TurnUsage,
 )
+from ._branching import Branch
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
 from ._store import Store
+from ._turns import Turn
 from .memory import MemoryBackend, MemorySession, MemoryStore
 from .sqlite import SQLiteSession, SQLiteStore
 
@@ -36,6 +39,7 @@ __all__ = [
     "AdminBackend",
     "Backend",
     "Batch",
+    "Branch",
     "BufferedSession",
     "CatalogueBackend",
     "MemoryBackend",
@@ -53,6 +57,8 @@ __all__ = [
     "SessionInfo",
     "Store",
     "TransactionalSession",
+    "Turn",
+    "TurnUsage",
     "errors",
     "open_store",
 ]

@@ -17,6 +17,10 @@ __all__ = [
     "AdminBackend",
     "Backend",
     "Batch",
+    "BranchBackend",
+    "BranchRecord",
+    "BranchRow",
+    "RewindChange",
     "CatalogueBackend",
     "InfoChange",
     "QuarantineEntry",
@@ -25,6 +29,10 @@ __all__ = [
     "RunStateChange",
     "SessionFilter",
     "SessionInfo",
+    "TurnBackend",
+    "TurnRecord",
+    "TurnRow",
+    "TurnUsage",
 ]
 
 Row = tuple[int, str]
@@ -47,6 +55,99 @@ class RunStateChange:
     expect_version: int | None = None
     label: str | None = None
     """A short text of the caller's kept with the state (``None`` with a removal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """Model usage: what a run's ``result.context_wrapper.usage`` says, or a sum of it."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    """``input_tokens_details.cached_tokens``: input tokens served from the cache."""
+    reasoning_tokens: int = 0
+    """``output_tokens_details.reasoning_tokens``."""
+
+    def __add__(self, other: TurnUsage) -> TurnUsage:
+        return TurnUsage(
+            self.requests + other.requests,
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cached_tokens + other.cached_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def values(self) -> tuple[int, int, int, int, int]:
+        """The five counts, in field order (how backends store them)."""
+        return (
+            self.requests,
+            self.input_tokens,
+            self.output_tokens,
+            self.cached_tokens,
+            self.reasoning_tokens,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """The turn a batch's items make, recorded with the batch in its transaction.
+
+    A backend implementing :class:`TurnBackend` stores one turn row per applied batch
+    that has a ``turn`` and at least one item: the keys of its first and last item, the
+    time and ``run_id``. Without items nothing is recorded.
+    """
+
+    run_id: str | None = None
+    """The caller's id of the run that produced the items (``session.set_run_id``)."""
+    created_at: datetime | None = None
+    """``None``: the commit's time. A fork copies its source turns' times."""
+    usage: TurnUsage | None = None
+    """The model usage of the run that produced the items (``session.record_usage``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRow:
+    """A stored turn record (see :class:`TurnBackend`)."""
+
+    first_key: int
+    last_key: int
+    created_at: datetime
+    run_id: str | None
+    usage: TurnUsage | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BranchRecord:
+    """Records, with the batch, that its session is a fork of ``source_id`` made at
+    turn ``at_turn`` (see :class:`BranchBackend`)."""
+
+    source_id: str
+    at_turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class BranchRow:
+    """A stored fork record: ``session_id`` was forked from a session at ``at_turn``."""
+
+    session_id: str
+    at_turn: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class RewindChange:
+    """Hide the newest turns, or bring the last hidden ones back (``session.rewind``).
+
+    ``hide_after``: a row key; every stored item with a greater key, and every turn
+    record starting after it, is moved aside (kept, not deleted) under a new rewind
+    number, the session's highest. ``None``: undo the newest rewind: its items and turn
+    records come back with their keys, unless an item is stored with a greater key than
+    the first of them (a turn committed since), which is a
+    :class:`~sessions.errors.ConflictError`. Nothing hidden: nothing happens.
+    """
+
+    hide_after: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +200,17 @@ class Batch:
     because they break a history rule (``integrity="quarantine"``, see
     :mod:`sessions._history`). Stored in the session's quarantine, in the same
     transaction and only if the batch id is new; never part of the history.
+    ``turn``: a :class:`TurnRecord` for the batch's items (recorded by backends
+    implementing :class:`TurnBackend`, ignored by others; not a condition, so a batch
+    with a turn is still :attr:`plain`). A ``clear`` also removes the session's turn
+    records.
+
+    ``branch``: a :class:`BranchRecord` (forks only), written with the batch by
+    backends implementing :class:`BranchBackend`; a batch with one is not :attr:`plain`.
+
+    ``rewind``: a :class:`RewindChange` (rewinds only, given only to backends
+    implementing :class:`BranchBackend`), applied after the ``tail`` condition; a batch
+    with one is not :attr:`plain`. A ``clear`` also removes hidden items.
     """
 
     batch_id: str
@@ -108,20 +220,26 @@ class Batch:
     restore_times: tuple[datetime, datetime] | None = None
     tail: int | None = None
     run_state: RunStateChange | None = None
+    turn: TurnRecord | None = None
+    branch: BranchRecord | None = None
+    rewind: RewindChange | None = None
     info: InfoChange | None = None
     expect_version: int | None = None
     quarantine: tuple[tuple[str, str], ...] = ()
 
     @property
     def plain(self) -> bool:
-        """No condition, run-state, catalogue or quarantine write: only ``clear``,
-        ``pops``, ``items``."""
+        """No condition, run-state, catalogue, quarantine, branch or rewind write:
+        ``clear``, ``pops``, ``items`` (and a ``turn`` record, which every backend writes in
+        its plain path too)."""
         return (
             self.tail is None
             and self.run_state is None
             and self.info is None
             and self.expect_version is None
             and not self.quarantine
+            and self.branch is None
+            and self.rewind is None
         )
 
 
@@ -213,6 +331,34 @@ class RunStateBackend(Protocol):
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         """``(text, version, label)``: the stored state (``None`` if none), its version
         (``0`` if no state was ever stored for the session) and its label."""
+        ...
+
+
+@runtime_checkable
+class TurnBackend(Protocol):
+    """A backend that records turns (:attr:`Batch.turn`) with the batches that make them."""
+
+    async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
+        """The session's turn records ordered by ``first_key`` and the keys of its
+        stored items in order, read from one snapshot (hidden ones left out)."""
+        ...
+
+    async def usage_totals(
+        self, session_id: str | None, since: datetime | None
+    ) -> tuple[TurnUsage, int]:
+        """The sum of the usage of the turn records of ``session_id`` (every session's
+        when ``None``) created at or after ``since`` (all when ``None``), hidden ones
+        included, and how many turn records carried usage."""
+        ...
+
+
+@runtime_checkable
+class BranchBackend(Protocol):
+    """A backend that keeps fork records (:attr:`Batch.branch`) and applies rewinds
+    (:attr:`Batch.rewind`): its reads never return hidden items or turn records."""
+
+    async def load_branches(self, source_id: str) -> list[BranchRow]:
+        """The sessions forked from ``source_id``, oldest fork first."""
         ...
 
 

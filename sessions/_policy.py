@@ -23,11 +23,12 @@ __all__ = [
 DEFAULT_COMMIT_TIMEOUT = 30.0
 
 #: Namespaces of bulk writers' batch ids (``imp``: import, ``mig``: migration, ``doc``:
-#: a repair of ``sessions doctor``; see :func:`sessions._commit.derived_batch_id`).
-#: Their records are what make a rerun of a bulk write add nothing, whenever it
-#: happens, so pruning never removes them (one record per chunk of up to 500 items,
-#: plus a marker per session; one per repaired session).
-BULK_NAMESPACES = ("imp", "mig", "doc")
+#: a repair of ``sessions doctor``, ``frk``: a fork; see
+#: :func:`sessions._commit.derived_batch_id`). Their records are what make a rerun of a
+#: bulk write add nothing, whenever it happens, so pruning never removes them (one
+#: record per chunk of up to 500 items, plus a marker per session; one per repaired
+#: session; one per forked turn).
+BULK_NAMESPACES = ("imp", "mig", "doc", "frk")
 
 #: Seconds added to a store's own retry window when it prunes batch records: the
 #: shield's grace, clocks of other writers that run a little behind, a commit that

@@ -15,9 +15,23 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._backend import Backend, Batch, CatalogueBackend, Row, RunStateBackend
+from ._backend import (
+    AdminBackend,
+    Backend,
+    Batch,
+    BranchBackend,
+    CatalogueBackend,
+    RewindChange,
+    Row,
+    RunStateBackend,
+    TurnBackend,
+    TurnRecord,
+    TurnUsage,
+)
+from ._branching import Branch, fork_history, list_branches
 from ._catalogue import KEEP, info_change
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
@@ -38,7 +52,14 @@ from ._sdk import (
 from ._serde import decode_item, decode_rows, encode_items
 from ._shield import DeadlineExceeded, shielded
 from ._staging import PendingChanges, Staging
-from ._validate import validate_bool, validate_limit, validate_seconds, validate_session_id
+from ._turns import Turn, build_turns, coerce_usage, span_of
+from ._validate import (
+    validate_bool,
+    validate_limit,
+    validate_positive_int,
+    validate_seconds,
+    validate_session_id,
+)
 from .errors import (
     CommitConflictError,
     CommitError,
@@ -239,14 +260,24 @@ class BufferedSession(AsyncResource):
     # methods accept it. The storage of this package does not depend on it;
     # TransactionalSession hands it on to the session it wraps.
 
-    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+    async def get_items(
+        self, limit: int | None = None, *, turns: int | None = None, wrapper: Any = None
+    ) -> list[Any]:
         """Stored history followed by the staged changes; the latest ``limit`` items.
 
         ``limit`` defaults to ``session_settings.limit``. A limited read never starts
         with a tool output whose call fell before it (the API would refuse it): it then
         starts after that output, with fewer items (unless ``integrity="off"``).
+        ``turns=N`` instead returns the items of the last ``N`` whole turns (:meth:`turns`;
+        staged items count as one pending turn), never part of a turn;
+        ``session_settings.limit`` does not apply then, and ``limit`` may not be given
+        with it.
         """
         self._check_open("get_items")
+        if turns is not None:
+            if limit is not None:
+                raise TypeError("get_items(): pass limit= or turns=, not both")
+            return await self._get_turn_items(validate_limit(turns, "turns"))
         if limit is None and self._settings is not None:
             limit = self._settings.limit
         n = validate_limit(limit)
@@ -301,6 +332,209 @@ class BufferedSession(AsyncResource):
         async with self._lock:
             await self._settle("clear_session")
             self._staging.clear()
+
+    # ------------------------------------------------------------------ turns
+
+    def set_run_id(self, run_id: str | None) -> None:
+        """Tag the turns staged from now on with ``run_id`` (``None``: no run id).
+
+        Items staged by ``add_items`` take the run id set when the first of them is
+        staged; each commit that adds items records one turn (:meth:`turns`). Never
+        suspends, never touches the database.
+        """
+        self._check_open("set_run_id")
+        if run_id is not None:
+            if not isinstance(run_id, str):
+                raise TypeError(f"run_id must be a str or None, got {type(run_id).__name__}")
+            if not run_id or len(run_id) > 256:
+                raise ValueError(f"run_id must be 1 to 256 characters, got {len(run_id)}")
+        self._turn_support("set_run_id")
+        self._staging.run_id = run_id
+
+    @property
+    def run_id(self) -> str | None:
+        """The run id turns staged now carry (:meth:`set_run_id`)."""
+        return self._staging.run_id
+
+    async def turns(self) -> list[Turn]:
+        """The history's turns, oldest first: one per commit that added items (see
+        ``docs/turns.md``), then the staged items as one pending turn."""
+        self._check_open("turns")
+        async with self._lock:
+            await self._settle("turns")
+            return await self._turn_list("turns")
+
+    async def fork(self, new_session_id: str, *, at_turn: int | None = None) -> int:
+        """Make ``new_session_id`` a new session holding this session's turns 1 to
+        ``at_turn`` (all its turns when ``None``); return how many turns it holds.
+
+        One transaction through the commit path, idempotent: running the same fork again
+        adds nothing. A copy (``docs/turns.md`` says why): the fork keeps its history
+        whatever happens to this session later. Refused while this session has staged
+        changes (commit or roll back first), and with
+        :class:`~sessions.errors.CommitConflictError` (nothing applied) when
+        ``new_session_id`` already holds other items. Open the fork with
+        ``store.session(new_session_id)``; :meth:`branches` lists it.
+        """
+        self._check_open("fork")
+        new_id = validate_session_id(new_session_id, "new_session_id")
+        if at_turn is not None:
+            validate_positive_int(at_turn, "at_turn")
+        async with self._lock:
+            await self._settle("fork")
+            self._refuse_staged("fork")
+            store = await self._ready_store("fork")
+            return await fork_history(store, self.session_id, new_id, at_turn)
+
+    async def rewind(self, to_turn: int) -> int:
+        """Hide the turns after turn ``to_turn`` (``0``: all); return how many were hidden.
+
+        One commit of its own (shielded, idempotent like any): reads, ``limit``,
+        :meth:`turns` and forks no longer see the hidden turns, which are kept, not
+        deleted, until :meth:`undo_rewind` brings them back or a clear removes them.
+        Whole turns only, so a tool call and its output stay together. Refused while
+        this session has staged changes; :class:`~sessions.errors.CommitConflictError`
+        (nothing applied) if another writer committed since the turns were read.
+        """
+        self._check_open("rewind")
+        if isinstance(to_turn, bool) or not isinstance(to_turn, int):
+            raise TypeError(f"to_turn must be an int, got {type(to_turn).__name__}")
+        if to_turn < 0:
+            raise ValueError(f"to_turn must be >= 0, got {to_turn}")
+        return await self._shield(lambda: self._rewind_now("rewind", to_turn), known=False)
+
+    async def undo_rewind(self) -> int:
+        """Bring back the turns the newest :meth:`rewind` hid; return how many came back.
+
+        ``0`` when nothing is hidden. Several rewinds are undone newest first. Refused
+        with :class:`~sessions.errors.CommitConflictError` (nothing applied) once a turn
+        has been committed after the rewind (it would interleave with the hidden ones:
+        :meth:`fork` the history you want instead).
+        """
+        self._check_open("undo_rewind")
+        return await self._shield(lambda: self._rewind_now("undo_rewind", None), known=False)
+
+    async def _rewind_now(self, operation: str, to_turn: int | None) -> int:
+        async with self._lock:
+            await self._settle(operation)
+            self._refuse_staged(operation)
+            store = await self._ready_store(operation)
+            if not isinstance(store.backend, BranchBackend):
+                raise SessionError(
+                    f"{operation}() on session {self.session_id!r}: "
+                    f"{type(store.backend).__name__} cannot rewind"
+                )
+            turns = await self._turn_list(operation)
+            tail = None
+            if to_turn is not None:
+                if to_turn > len(turns):
+                    raise ValueError(
+                        f"rewind(): to_turn must be from 0 to {len(turns)} (the turns of "
+                        f"session {self.session_id!r}), got {to_turn}"
+                    )
+                if to_turn == len(turns):
+                    return 0
+                tail = turns[-1].last_key
+                after = turns[to_turn - 1].last_key if to_turn else 0
+            change = RewindChange(after if to_turn is not None else None)
+            batch = Batch(uuid.uuid4().hex, False, (), (), tail=tail, rewind=change)
+            outcome = await apply_batches(store, self.session_id, [batch])
+            if outcome.error is not None:
+                raise outcome.error
+            if to_turn is not None:
+                return len(turns) - to_turn
+            return len(await self._turn_list(operation)) - len(turns)
+
+    def record_usage(self, usage: Any) -> None:
+        """Record model usage with the turn being staged (same commit, same transaction).
+
+        ``usage``: an agents ``Usage`` (``result.context_wrapper.usage``) or a
+        :class:`~sessions.TurnUsage`; requests, input, output, cached and reasoning tokens
+        are kept. Called twice for one turn, the usages add up. Needs staged items to
+        attach to (inside ``transaction()``, after the run): without any it raises
+        :class:`~sessions.errors.SessionError` (with autocommit the items are already
+        committed). Never suspends.
+        """
+        self._check_open("record_usage")
+        counts = coerce_usage(usage)
+        self._turn_support("record_usage")
+        if self._refuse_late_write("record_usage", 1):
+            return
+        if not self._staging.add_usage(counts):
+            raise SessionError(
+                f"record_usage() on session {self.session_id!r}: no staged items to record "
+                "it with (call it after the run, before the commit, without autocommit)"
+            )
+
+    async def usage(self, *, since: datetime | None = None) -> TurnUsage:
+        """The model usage recorded with this session's turns (``record_usage``), summed:
+        hidden (rewound) turns and turns whose items were popped included, forks' not;
+        only turns committed at or after ``since`` when given."""
+        self._check_open("usage")
+        backend = await self._turn_backend("usage")
+        total, _ = await backend.usage_totals(self.session_id, _utc(since, "since"))
+        return total
+
+    def _refuse_staged(self, operation: str) -> None:
+        if self._staging:
+            raise SessionError(
+                f"{operation}() on session {self.session_id!r}: it has staged changes; "
+                "commit() or rollback() first"
+            )
+
+    async def branches(self) -> list[Branch]:
+        """The sessions forked from this one (:meth:`fork`), oldest first."""
+        self._check_open("branches")
+        return await list_branches(await self._ready_store("branches"), self.session_id)
+
+    def _turn_support(self, operation: str) -> None:
+        store = self.store
+        if store is not None and not isinstance(store.backend, TurnBackend):
+            raise SessionError(
+                f"{operation}() on session {self.session_id!r}: "
+                f"{type(store.backend).__name__} does not record turns"
+            )
+
+    async def _turn_backend(self, operation: str) -> TurnBackend:
+        backend = await self._backend(operation)
+        if not isinstance(backend, TurnBackend) or not isinstance(backend, AdminBackend):
+            raise SessionError(
+                f"{operation}() on session {self.session_id!r}: "
+                f"{type(backend).__name__} does not record turns"
+            )
+        return backend
+
+    async def _turn_list(self, operation: str) -> list[Turn]:
+        """With the lock held: stored turns as staging changes them, then the pending one."""
+        backend = await self._turn_backend(operation)
+        records, keys = await backend.load_turns(self.session_id)
+        clear, pops, staged = self._staging.view()
+        return build_turns(records, keys, clear=clear, pops=pops, staged=len(staged))
+
+    async def _get_turn_items(self, count: int | None) -> list[Any]:
+        assert count is not None
+        if count == 0:
+            return []
+        async with self._lock:
+            await self._settle("get_items")
+            chosen = (await self._turn_list("get_items"))[-count:]
+            _, pops, staged = self._staging.view()
+            values: list[Any] = []
+            span = span_of(chosen)
+            if span is not None:
+                values = await self._read_span(*span, pops)
+            if chosen and chosen[-1].pending:
+                values.extend(decode_item(text) for text in staged)
+            return values
+
+    async def _read_span(self, first: int, last: int, items: int, pops: set[int]) -> list[Any]:
+        """Stored items with keys from ``first`` to ``last``, minus ``pops``."""
+        backend = await self._backend("get_items")
+        assert isinstance(backend, AdminBackend)
+        hidden = sum(1 for key in pops if first <= key <= last)
+        rows = await backend.read_range(self.session_id, after=first - 1, limit=items + hidden)
+        kept = [row for row in rows if row[0] <= last and row[0] not in pops]
+        return decode_rows(kept, self.session_id)[1]
 
     # ------------------------------------------------------------------ catalogue
 
@@ -473,7 +707,9 @@ class BufferedSession(AsyncResource):
         if not self._replacements_supported(suffix=False):
             return False
         if self._autocommit:
-            batch = Batch(uuid.uuid4().hex, True, (), tuple(texts))
+            batch = Batch(
+                uuid.uuid4().hex, True, (), tuple(texts), turn=TurnRecord(self._staging.run_id)
+            )
             return await self._shield(lambda: self._replace_now(batch), known=False)
         async with self._lock:
             await self._settle("clear_session")
@@ -527,7 +763,12 @@ class BufferedSession(AsyncResource):
                 if plan is None or plan.keep:
                     return False
                 batch = Batch(
-                    uuid.uuid4().hex, False, tuple(plan.pops), tuple(texts), tail=plan.tail
+                    uuid.uuid4().hex,
+                    False,
+                    tuple(plan.pops),
+                    tuple(texts),
+                    tail=plan.tail,
+                    turn=TurnRecord(self._staging.run_id),
                 )
             (batch,) = await judge(store.backend, self.session_id, [batch], self.integrity)
             outcome = await apply_batches(store, self.session_id, [batch])
@@ -894,6 +1135,15 @@ def _cancel_requests() -> int:
     task = asyncio.current_task()
     cancelling = getattr(task, "cancelling", None)
     return 0 if cancelling is None else int(cancelling())
+
+
+def _utc(moment: object, name: str) -> datetime | None:
+    """``None``, or an aware ``datetime`` (a naive one is taken as UTC)."""
+    if moment is None:
+        return None
+    if not isinstance(moment, datetime):
+        raise TypeError(f"{name} must be a datetime or None, got {type(moment).__name__}")
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def _settings(value: object) -> Any:

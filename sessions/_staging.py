@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from ._backend import Batch, InfoChange, RunStateChange
+from ._backend import Batch, InfoChange, RunStateChange, TurnRecord, TurnUsage
 from ._catalogue import merge_info
 
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
@@ -76,7 +76,18 @@ RunStateWrite = tuple[str | None, str | None]
 class Stage:
     """One batch in the making."""
 
-    __slots__ = ("batch_id", "clear", "info", "items", "pops", "run_state", "state", "tail")
+    __slots__ = (
+        "batch_id",
+        "clear",
+        "info",
+        "items",
+        "pops",
+        "run_id",
+        "run_state",
+        "state",
+        "tail",
+        "usage",
+    )
 
     def __init__(self) -> None:
         self.batch_id = uuid.uuid4().hex
@@ -85,6 +96,8 @@ class Stage:
         self.items: list[str] = []
         self.tail: int | None = None
         self.run_state: RunStateWrite | None = None
+        self.run_id: str | None = None
+        self.usage: TurnUsage | None = None
         self.info: InfoChange | None = None
         self.state = StageState.OPEN
 
@@ -98,6 +111,7 @@ class Stage:
             change = RunStateChange(text, expect_version, label)
         tail = None if self.clear else self.tail
         pops, items = tuple(self.pops), tuple(self.items)
+        turn = TurnRecord(self.run_id, usage=self.usage) if items else None
         return Batch(
             self.batch_id,
             self.clear,
@@ -105,6 +119,7 @@ class Stage:
             items,
             tail=tail,
             run_state=change,
+            turn=turn,
             info=self.info,
             expect_version=expect_session,
         )
@@ -122,6 +137,10 @@ class Stage:
                 self.tail = later.tail
         if later.run_state is not None:
             self.run_state = later.run_state
+        if self.run_id is None:
+            self.run_id = later.run_id
+        if later.usage is not None:
+            self.usage = later.usage if self.usage is None else self.usage + later.usage
         if later.info is not None:
             self.info = merge_info(self.info, later.info)
 
@@ -143,11 +162,13 @@ def _atomic(method: F) -> F:
 class Staging:
     """The staged changes of one session, oldest stage first."""
 
-    __slots__ = ("_mutex", "_stages", "run_state_version")
+    __slots__ = ("_mutex", "_stages", "run_id", "run_state_version")
 
     def __init__(self) -> None:
         self._stages: list[Stage] = []
         self._mutex = threading.RLock()
+        #: The run id the turns staged from now on carry (``set_run_id``).
+        self.run_id: str | None = None
         #: The stored run-state version this session last read or wrote (``None``: it
         #: never read one, so run-state writes are unconditional).
         self.run_state_version: int | None = None
@@ -163,7 +184,20 @@ class Staging:
     def add(self, texts: list[str]) -> None:
         """Stage encoded items (appended at commit, in order)."""
         if texts:
-            self._writable().items.extend(texts)
+            stage = self._writable()
+            if stage.run_id is None:
+                stage.run_id = self.run_id
+            stage.items.extend(texts)
+
+    @_atomic
+    def add_usage(self, usage: TurnUsage) -> bool:
+        """Add ``usage`` to the turn being staged; ``False`` if no items are staged in
+        the stage that takes writes (nothing to attach it to)."""
+        stage = self._writable()
+        if not stage.items:
+            return False
+        stage.usage = usage if stage.usage is None else stage.usage + usage
+        return True
 
     @_atomic
     def clear(self) -> None:
@@ -211,6 +245,8 @@ class Staging:
             raise RuntimeError("replace_tail(): staged changes span several batches")
         stage = live[0] if live else self._writable()
         stage.items = stage.items[:keep] + texts
+        if stage.run_id is None:
+            stage.run_id = self.run_id
         stage.pops.extend(pops)
         if tail is not None:
             stage.tail = tail if stage.tail is None else min(stage.tail, tail)

@@ -14,6 +14,8 @@ from ._backend import (
     QuarantineEntry,
     SessionFilter,
     SessionInfo,
+    TurnBackend,
+    TurnUsage,
 )
 from ._catalogue import session_filter, validate_ttl, validate_user_id
 from ._policy import (
@@ -279,6 +281,22 @@ class Store(AsyncResource, Generic[S]):
         """Metadata (item count, created, updated) of one session, or ``None``."""
         validate_session_id(session_id)
         return await self._admin("session_info").session_info(session_id)
+
+    async def usage(self, *, since: datetime | None = None) -> TurnUsage:
+        """The model usage recorded with every session's turns (``record_usage``),
+        summed; only turns committed at or after ``since`` (a naive time is UTC) when
+        given. Deleted and cleared sessions' turns are gone, rewound ones count."""
+        if since is not None:
+            if not isinstance(since, datetime):
+                raise TypeError(f"since must be a datetime or None, got {type(since).__name__}")
+            if since.tzinfo is None:
+                since = since.replace(tzinfo=timezone.utc)
+        self.check_usable("usage")
+        backend = self._backend
+        if not isinstance(backend, TurnBackend):
+            raise SessionError(f"usage(): {type(backend).__name__} does not record turns")
+        total, _ = await backend.usage_totals(None, since)
+        return total
 
     async def delete_session(self, session_id: str) -> bool:
         """Delete one session's history, quarantine and metadata; ``False`` if it did

@@ -22,7 +22,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ._backend import Batch, InfoChange, QuarantineEntry, Row, SessionFilter, SessionInfo
+from ._backend import (
+    Batch,
+    BranchRow,
+    InfoChange,
+    QuarantineEntry,
+    Row,
+    SessionFilter,
+    SessionInfo,
+    TurnRow,
+    TurnUsage,
+)
 from ._catalogue import decode_metadata, version_conflict
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
@@ -46,6 +56,9 @@ class _History:
     run_state: tuple[str | None, int, str | None] = (None, 0, None)  # text, version, label
     catalogue: InfoChange = InfoChange(frozenset())
     version: int = 0
+    turns: list[TurnRow] = field(default_factory=list)  # ordered by first_key
+    fork_of: tuple[str, int, datetime] | None = None  # source id, at turn, when
+    hidden: _Hidden = field(default_factory=lambda: _Hidden({}, []))  # rewound away
     quarantine: tuple[QuarantineEntry, ...] = ()
 
     def info(self, session_id: str) -> SessionInfo:
@@ -76,6 +89,46 @@ class _History:
         )
 
 
+@dataclass
+class _Hidden:
+    """What rewinds moved aside: rows (key -> (rewind number, text)) and turn records."""
+
+    rows: dict[int, tuple[int, str]]
+    turns: list[tuple[int, TurnRow]]
+
+    def copy(self) -> _Hidden:
+        return _Hidden(dict(self.rows), list(self.turns))
+
+
+def _rewind(
+    rows: dict[int, str], turns: list[TurnRow], hidden: _Hidden, batch: Batch, session_id: str
+) -> None:
+    """Apply ``batch.rewind`` to the (copied) state, in place."""
+    assert batch.rewind is not None
+    after = batch.rewind.hide_after
+    if after is not None:
+        number = max((n for n, _ in hidden.rows.values()), default=0) + 1
+        for key in [key for key in rows if key > after]:
+            hidden.rows[key] = (number, rows.pop(key))
+        hidden.turns.extend((number, t) for t in turns if t.first_key > after)
+        turns[:] = [t for t in turns if t.first_key <= after]
+        return
+    if not hidden.rows:
+        return
+    number = max(n for n, _ in hidden.rows.values())
+    back = sorted(key for key, (n, _) in hidden.rows.items() if n == number)
+    if any(key > back[0] for key in rows):
+        raise ConflictError(
+            f"session {session_id!r}: turns were committed after the rewound ones; "
+            "undoing the rewind would interleave them"
+        )
+    for key in back:
+        rows[key] = hidden.rows.pop(key)[1]
+    turns.extend(t for n, t in hidden.turns if n == number)
+    turns.sort(key=lambda t: t.first_key)
+    hidden.turns = [(n, t) for n, t in hidden.turns if n != number]
+
+
 def _applied(
     history: _History | None, session_id: str, batches: Sequence[Batch]
 ) -> _History | None:
@@ -90,6 +143,9 @@ def _applied(
     next_key = history.next_key
     done = dict(history.batches)
     run_state = history.run_state
+    turns = list(history.turns)
+    hidden = history.hidden.copy()
+    fork_of = history.fork_of
     quarantine = list(history.quarantine)
     catalogue, version = history.catalogue, history.version
     created, updated = history.created_at, history.updated_at
@@ -103,36 +159,68 @@ def _applied(
             catalogue = _catalogue_after(catalogue, batch.info)
         if batch.clear:
             rows.clear()
-        for key in batch.pops:
-            if rows.pop(key, None) is None:
-                raise ConflictError(
-                    f"session {session_id!r}: popped item {key} was already removed by "
-                    "another writer"
-                )
+            turns.clear()
+            hidden = _Hidden({}, [])
         first = next_key
-        for text in batch.items:
-            rows[next_key] = text
-            next_key += 1
-        if batch.tail is not None and any(batch.tail < key < first for key in rows):
-            raise ConflictError(
-                f"session {session_id!r}: items were stored after the end of the history "
-                "this replacement was prepared against"
-            )
+        next_key = _rows_after(rows, batch, next_key, session_id)
+        _turn_parts(batch, rows, turns, hidden, (first, now), session_id)
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
-        for reason, text in batch.quarantine:
-            quarantine.append(
-                QuarantineEntry(len(quarantine) + 1, batch.batch_id, reason, text, now)
-            )
+        if batch.branch is not None:
+            fork_of = (batch.branch.source_id, batch.branch.at_turn, now)
+        _quarantined(quarantine, batch, now)
         done[batch.batch_id] = now
         updated = max(updated, now)
         if batch.restore_times is not None:  # a restore (import): the export's times
             created, updated = batch.restore_times
     if len(done) == len(history.batches):
         return None
-    return _History(
-        created, updated, rows, next_key, done, run_state, catalogue, version, tuple(quarantine)
-    )
+    kept = (created, updated, rows, next_key, done, run_state, catalogue, version)
+    return _History(*kept, turns, fork_of, hidden, tuple(quarantine))
+
+
+def _quarantined(quarantine: list[QuarantineEntry], batch: Batch, now: datetime) -> None:
+    """Append ``batch``'s quarantined items to ``quarantine`` (a copy)."""
+    for reason, text in batch.quarantine:
+        quarantine.append(QuarantineEntry(len(quarantine) + 1, batch.batch_id, reason, text, now))
+
+
+def _rows_after(rows: dict[int, str], batch: Batch, next_key: int, session_id: str) -> int:
+    """Apply ``batch``'s pops and items to ``rows`` (a copy), check its tail condition;
+    return the next free key."""
+    for key in batch.pops:
+        if rows.pop(key, None) is None:
+            raise ConflictError(
+                f"session {session_id!r}: popped item {key} was already removed by another writer"
+            )
+    first = next_key
+    for text in batch.items:
+        rows[next_key] = text
+        next_key += 1
+    if batch.tail is not None and any(batch.tail < key < first for key in rows):
+        raise ConflictError(
+            f"session {session_id!r}: items were stored after the end of the history "
+            "this replacement was prepared against"
+        )
+    return next_key
+
+
+def _turn_parts(
+    batch: Batch,
+    rows: dict[int, str],
+    turns: list[TurnRow],
+    hidden: _Hidden,
+    at: tuple[int, datetime],
+    session_id: str,
+) -> None:
+    """A batch's rewind and turn record (``at``: its first key and the commit's time)."""
+    if batch.rewind is not None:
+        _rewind(rows, turns, hidden, batch, session_id)
+    first, now = at
+    if batch.turn is not None and batch.items:
+        when = now if batch.turn.created_at is None else batch.turn.created_at
+        last = first + len(batch.items) - 1
+        turns.append(TurnRow(first, last, when, batch.turn.run_id, batch.turn.usage))
 
 
 def _catalogue_after(current: InfoChange, change: InfoChange) -> InfoChange:
@@ -192,6 +280,37 @@ class MemoryBackend:
         await asyncio.sleep(0)
         history = self._sessions.get(session_id)
         return (None, 0, None) if history is None else history.run_state
+
+    async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
+        """The session's turn records and the keys of its stored items."""
+        await asyncio.sleep(0)
+        history = self._sessions.get(session_id)
+        return ([], []) if history is None else (list(history.turns), list(history.rows))
+
+    async def usage_totals(
+        self, session_id: str | None, since: datetime | None
+    ) -> tuple[TurnUsage, int]:
+        """Usage of the turn records (hidden ones included), summed."""
+        await asyncio.sleep(0)
+        total, count = TurnUsage(), 0
+        for sid, history in self._sessions.items():
+            if session_id is not None and sid != session_id:
+                continue
+            records = [*history.turns, *(t for _, t in history.hidden.turns)]
+            for t in records:
+                if t.usage is not None and (since is None or t.created_at >= since):
+                    total, count = total + t.usage, count + 1
+        return total, count
+
+    async def load_branches(self, source_id: str) -> list[BranchRow]:
+        """The sessions forked from ``source_id``, oldest fork first."""
+        await asyncio.sleep(0)
+        forks = [
+            BranchRow(sid, h.fork_of[1], h.fork_of[2])
+            for sid, h in self._sessions.items()
+            if h.fork_of is not None and h.fork_of[0] == source_id
+        ]
+        return sorted(forks, key=lambda row: (row.created_at, row.session_id))
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         """Which of ``batch_ids`` this session has applied."""

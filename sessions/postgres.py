@@ -39,7 +39,17 @@ from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from ._backend import Batch, InfoChange, QuarantineEntry, Row, SessionFilter, SessionInfo
+from ._backend import (
+    Batch,
+    BranchRow,
+    InfoChange,
+    QuarantineEntry,
+    Row,
+    SessionFilter,
+    SessionInfo,
+    TurnRow,
+    TurnUsage,
+)
 from ._catalogue import decode_metadata, validate_ttl, version_conflict
 from ._observe import HOOK
 from ._policy import (
@@ -124,7 +134,42 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " PRIMARY KEY (session_id, seq))",
         ),
     ),
-    # 4 belongs to another branch (turns).
+    (
+        4,
+        (
+            # One row per commit that added items: the seq range of its items (docs/turns.md).
+            # Items stored before this table existed belong to no row: they read as one turn.
+            "CREATE TABLE IF NOT EXISTS {turns} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " first_seq bigint NOT NULL,"
+            " last_seq bigint NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " run_id text,"
+            " hidden_by bigint,"  # the rewind that hid it (session.rewind), else NULL
+            # Model usage of the turn's run (session.record_usage); NULL: none recorded.
+            " requests bigint,"
+            " input_tokens bigint,"
+            " output_tokens bigint,"
+            " cached_tokens bigint,"
+            " reasoning_tokens bigint,"
+            " PRIMARY KEY (session_id, first_seq))",
+            # Items hidden by a rewind (kept for undo_rewind), with the rewind's number.
+            "CREATE TABLE IF NOT EXISTS {hidden} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " seq bigint NOT NULL,"
+            " batch_id text NOT NULL,"
+            " data text NOT NULL,"
+            " rewind_no bigint NOT NULL,"
+            " PRIMARY KEY (session_id, seq))",
+            # Forks: session_id was forked from source_id at turn at_turn (session.fork).
+            "CREATE TABLE IF NOT EXISTS {branches} ("
+            ' source_id text COLLATE "C" NOT NULL,'
+            ' session_id text COLLATE "C" NOT NULL,'
+            " at_turn bigint NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " PRIMARY KEY (source_id, session_id))",
+        ),
+    ),
     (
         5,
         (
@@ -160,7 +205,9 @@ _SQL_VERSION_TABLE = (
 )
 
 # The common commit: one batch of items only, one statement, one round trip.
-# $1 session_id, $2 batch_id, $3 items text[], $4 item count. now() is when the
+# $1 session_id, $2 batch_id, $3 items text[], $4 item count, then the turn record
+# (Batch.turn): $5 whether there is one, $6 its run id, $7 its time (NULL: now()), $8-$12
+# its usage (NULL: none). now() is when the
 # transaction started; a commit that started earlier but got the row later must not move
 # updated_at back, hence GREATEST (here and in _SQL_BATCH).
 _SQL_APPEND = """
@@ -179,6 +226,12 @@ WITH b AS (
         next_seq = t.next_seq + excluded.item_count,
         version = t.version + 1
     RETURNING t.next_seq - $4::bigint AS base
+), r AS (
+    INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id,
+                         requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens)
+    SELECT $1, s.base, s.base + $4::bigint - 1, coalesce($7::timestamptz, now()), $6::text,
+           $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::bigint
+    FROM s WHERE $5::boolean AND $4::bigint > 0
 )
 INSERT INTO {items} (session_id, seq, batch_id, data)
 SELECT $1, s.base + u.ord - 1, $2, u.data
@@ -194,7 +247,9 @@ RETURNING next_seq
 """
 
 # The general commit, one statement per batch, after the lock (fresh snapshot).
-# $1 session_id, $2 batch_id, $3 clear, $4 pops bigint[], $5 items text[], $6 item count.
+# $1 session_id, $2 batch_id, $3 clear, $4 pops bigint[], $5 items text[], $6 item count,
+# $7-$14 the turn record as $5-$12 of _SQL_APPEND. A clear removes the turn records too (the
+# statement's snapshot does not see the new record, so it stays).
 _SQL_BATCH = """
 WITH b AS (
     INSERT INTO {batches} (session_id, batch_id, committed_at)
@@ -220,6 +275,16 @@ WITH b AS (
     INSERT INTO {items} (session_id, seq, batch_id, data)
     SELECT $1, s.base + u.ord - 1, $2, u.data
     FROM s CROSS JOIN unnest($5::text[]) WITH ORDINALITY AS u(data, ord)
+), dt AS (
+    DELETE FROM {turns} WHERE session_id = $1 AND $3::boolean AND EXISTS (SELECT 1 FROM b)
+), dh AS (
+    DELETE FROM {hidden} WHERE session_id = $1 AND $3::boolean AND EXISTS (SELECT 1 FROM b)
+), r AS (
+    INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id,
+                         requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens)
+    SELECT $1, s.base, s.base + $6::bigint - 1, coalesce($9::timestamptz, now()), $8::text,
+           $10::bigint, $11::bigint, $12::bigint, $13::bigint, $14::bigint
+    FROM s WHERE $7::boolean AND $6::bigint > 0
 )
 SELECT (SELECT count(*) FROM b) AS recorded, (SELECT count(*) FROM d) AS removed
 """
@@ -296,6 +361,9 @@ class _Names:
             items=self.table("items"),
             batches=self.table("batches"),
             run_states=self.table("run_states"),
+            turns=self.table("turns"),
+            branches=self.table("branches"),
+            hidden=self.table("hidden_items"),
             quarantine=self.table("quarantine"),
             session_tags=self.table("session_tags"),
             version=self.table("schema_version"),
@@ -366,6 +434,62 @@ _SQL_RUN_STATE_WRITE = (
 )
 _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM {run_states} WHERE session_id = $1"
 _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
+_SQL_BRANCHES_DELETE = "DELETE FROM {branches} WHERE source_id = $1"
+_SQL_USAGE = (
+    "SELECT coalesce(sum(requests), 0), coalesce(sum(input_tokens), 0), "
+    "coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0), "
+    "coalesce(sum(reasoning_tokens), 0), count(requests) FROM {turns} "
+    "WHERE requests IS NOT NULL AND ($1::text IS NULL OR session_id = $1) "
+    "AND ($2::timestamptz IS NULL OR created_at >= $2)"
+)
+# Rewinds (Batch.rewind), in the general commit's transaction. $1 session_id, $2 the
+# rewind number, $3 the key to hide after.
+_SQL_REWIND_NO = "SELECT max(rewind_no) FROM {hidden} WHERE session_id = $1"
+_SQL_HIDE = """
+WITH moved AS (
+    DELETE FROM {items} WHERE session_id = $1 AND seq > $3 RETURNING session_id, seq, batch_id, data
+), kept AS (
+    INSERT INTO {hidden} (session_id, seq, batch_id, data, rewind_no)
+    SELECT session_id, seq, batch_id, data, $2 FROM moved
+), t AS (
+    UPDATE {turns} SET hidden_by = $2
+    WHERE session_id = $1 AND first_seq > $3 AND hidden_by IS NULL
+)
+UPDATE {sessions} SET item_count = item_count - (SELECT count(*) FROM moved)
+WHERE session_id = $1
+"""
+_SQL_UNHIDE_BLOCKED = (
+    "SELECT EXISTS (SELECT 1 FROM {items} WHERE session_id = $1 AND seq > (SELECT min(seq) "
+    "FROM {hidden} WHERE session_id = $1 AND rewind_no = $2))"
+)
+_SQL_UNHIDE = """
+WITH moved AS (
+    DELETE FROM {hidden} WHERE session_id = $1 AND rewind_no = $2
+    RETURNING session_id, seq, batch_id, data
+), back AS (
+    INSERT INTO {items} (session_id, seq, batch_id, data)
+    SELECT session_id, seq, batch_id, data FROM moved
+), t AS (
+    UPDATE {turns} SET hidden_by = NULL WHERE session_id = $1 AND hidden_by = $2
+)
+UPDATE {sessions} SET item_count = item_count + (SELECT count(*) FROM moved)
+WHERE session_id = $1
+"""
+_SQL_BRANCH = (
+    "INSERT INTO {branches} (source_id, session_id, at_turn, created_at) "
+    "VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING"
+)
+_SQL_BRANCHES_LOAD = (
+    "SELECT session_id, at_turn, created_at FROM {branches} WHERE source_id = $1 "
+    "ORDER BY created_at, session_id"
+)
+# Turn records and item keys of one session, from one snapshot (one statement).
+_SQL_TURNS_LOAD = (
+    "SELECT array(SELECT seq FROM {items} WHERE session_id = $1 ORDER BY seq), "
+    "array(SELECT row(first_seq, last_seq, created_at, run_id, requests, input_tokens, "
+    "output_tokens, cached_tokens, reasoning_tokens) FROM {turns} "
+    "WHERE session_id = $1 AND hidden_by IS NULL ORDER BY first_seq)"
+)
 # $1 session_id, $2 batch_id, $3 reasons text[], $4 data text[]; the session row is
 # locked by the committing transaction, so max(seq) is stable.
 _SQL_QUARANTINE = (
@@ -403,7 +527,16 @@ _SQL_DELETE_LOCK_TTL = "SELECT updated_at, ttl FROM {sessions} WHERE session_id 
 #: Every table with per-session rows, but the sessions table: what deleting a session
 #: (or a user) deletes. A migration that adds one adds it here (a test compares this
 #: with the schema).
-SESSION_TABLES = ("items", "batches", "run_states", "session_tags", "quarantine")
+SESSION_TABLES = (
+    "items",
+    "batches",
+    "run_states",
+    "session_tags",
+    "quarantine",
+    "turns",
+    "hidden_items",
+    "branches",  # the session's own fork record; its forks' records: source_id
+)
 
 
 @dataclass(frozen=True)
@@ -413,6 +546,15 @@ class _ExtraSql:
     run_state_write: str
     run_state_load: str
     run_state_delete: str
+    turns_load: str
+    branches_delete: str
+    branch: str
+    branches_load: str
+    usage: str
+    rewind_no: str
+    hide: str
+    unhide_blocked: str
+    unhide: str
     quarantine: str
     quarantine_load: str
     version: str
@@ -439,6 +581,15 @@ class _ExtraSql:
             run_state_write=s(_SQL_RUN_STATE_WRITE),
             run_state_load=s(_SQL_RUN_STATE_LOAD),
             run_state_delete=s(_SQL_RUN_STATE_DELETE),
+            turns_load=s(_SQL_TURNS_LOAD),
+            branches_delete=s(_SQL_BRANCHES_DELETE),
+            branch=s(_SQL_BRANCH),
+            branches_load=s(_SQL_BRANCHES_LOAD),
+            usage=s(_SQL_USAGE),
+            rewind_no=s(_SQL_REWIND_NO),
+            hide=s(_SQL_HIDE),
+            unhide_blocked=s(_SQL_UNHIDE_BLOCKED),
+            unhide=s(_SQL_UNHIDE),
             quarantine=s(_SQL_QUARANTINE),
             quarantine_load=s(_SQL_QUARANTINE_LOAD),
         )
@@ -591,7 +742,16 @@ class _Grouper:
         return GroupCommitStats(self.transactions, self.commits, self.largest, self.isolated)
 
 
-def _group_args(group: Sequence[_Entry]) -> list[tuple[str, str, list[str], int]]:
+def _turn_args(batch: Batch) -> tuple[Any, ...]:
+    """The turn-record parameters of the append and batch statements."""
+    turn = batch.turn
+    if turn is None:
+        return (False, None, None, None, None, None, None, None)
+    counts = (None,) * 5 if turn.usage is None else turn.usage.values()
+    return (True, turn.run_id, turn.created_at, *counts)
+
+
+def _group_args(group: Sequence[_Entry]) -> list[tuple[Any, ...]]:
     """The append statement's arguments, one tuple per batch.
 
     Entries go in session-id order (stable, so one session's batches keep their
@@ -599,7 +759,7 @@ def _group_args(group: Sequence[_Entry]) -> list[tuple[str, str, list[str], int]
     with another.
     """
     return [
-        (entry.session_id, batch.batch_id, list(batch.items), len(batch.items))
+        (entry.session_id, batch.batch_id, list(batch.items), len(batch.items), *_turn_args(batch))
         for entry in sorted(group, key=lambda e: e.session_id)
         for batch in entry.batches
     ]
@@ -931,6 +1091,7 @@ class PostgresBackend:
                 list(batch.pops),
                 list(batch.items),
                 len(batch.items),
+                *_turn_args(batch),
             )
             if recorded and not batch.clear and removed != len(batch.pops):
                 raise ConflictError(
@@ -978,6 +1139,26 @@ class PostgresBackend:
             reasons = [reason for reason, _ in batch.quarantine]
             texts = [text for _, text in batch.quarantine]
             await conn.execute(sql.quarantine, session_id, batch.batch_id, reasons, texts)
+        if batch.branch is not None:
+            await conn.execute(sql.branch, batch.branch.source_id, session_id, batch.branch.at_turn)
+        if batch.rewind is not None:
+            await self._rewind(conn, session_id, batch.rewind.hide_after)
+
+    async def _rewind(self, conn: Any, session_id: str, hide_after: int | None) -> None:
+        """A :class:`~sessions.RewindChange`: hide the items after ``hide_after``, or undo."""
+        sql = self._extra_sql
+        newest = await conn.fetchval(sql.rewind_no, session_id)
+        if hide_after is not None:
+            await conn.execute(sql.hide, session_id, (newest or 0) + 1, hide_after)
+            return
+        if newest is None:
+            return  # nothing hidden, nothing to undo
+        if await conn.fetchval(sql.unhide_blocked, session_id, newest):
+            raise ConflictError(
+                f"session {session_id!r}: turns were committed after the rewound ones; "
+                "undoing the rewind would interleave them"
+            )
+        await conn.execute(sql.unhide, session_id, newest)
 
     async def _write_info(self, conn: Any, session_id: str, change: InfoChange) -> None:
         names = sorted(change.fields)
@@ -998,6 +1179,28 @@ class PostgresBackend:
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         rows = await self._fetch("read", self._extra_sql.run_state_load, session_id)
         return (None, 0, None) if not rows else (rows[0][0], int(rows[0][1]), rows[0][2])
+
+    async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
+        rows = await self._fetch("read", self._extra_sql.turns_load, session_id)
+        keys, records = rows[0]
+        turns = [
+            TurnRow(r[0], r[1], r[2], r[3], None if r[4] is None else TurnUsage(*r[4:]))
+            for r in records
+        ]
+        return turns, list(keys)
+
+    async def usage_totals(
+        self, session_id: str | None, since: datetime | None
+    ) -> tuple[TurnUsage, int]:
+        if since is not None and since.tzinfo is None:
+            since = since.replace(tzinfo=timezone.utc)
+        rows = await self._fetch("read", self._extra_sql.usage, session_id, since)
+        row = rows[0]
+        return TurnUsage(*(int(value) for value in row[:5])), int(row[5])
+
+    async def load_branches(self, source_id: str) -> list[BranchRow]:
+        rows = await self._fetch("read", self._extra_sql.branches_load, source_id)
+        return [BranchRow(row[0], int(row[1]), row[2]) for row in rows]
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         """Which of ``batch_ids`` are committed, waiting for any commit still in flight.
@@ -1127,6 +1330,7 @@ class PostgresBackend:
                 await conn.execute(
                     f"DELETE FROM {self._names.table(table)} WHERE session_id = $1", session_id
                 )
+            await conn.execute(self._extra_sql.branches_delete, session_id)
             await conn.execute(session, session_id)
             phase.commit_sent = True
             await conn.execute("COMMIT")
@@ -1150,6 +1354,10 @@ class PostgresBackend:
                     f"DELETE FROM {self._names.table(table)} WHERE session_id = ANY($1::text[])",
                     ids,
                 )
+            await conn.execute(
+                f"DELETE FROM {self._names.table('branches')} WHERE source_id = ANY($1::text[])",
+                ids,
+            )
             await conn.execute(f"DELETE FROM {sessions} WHERE session_id = ANY($1::text[])", ids)
             phase.commit_sent = True
             await conn.execute("COMMIT")

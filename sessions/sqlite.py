@@ -20,11 +20,21 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, TypeVar
 
-from ._backend import Batch, InfoChange, QuarantineEntry, Row, SessionFilter, SessionInfo
+from ._backend import (
+    Batch,
+    BranchRow,
+    InfoChange,
+    QuarantineEntry,
+    Row,
+    SessionFilter,
+    SessionInfo,
+    TurnRow,
+    TurnUsage,
+)
 from ._catalogue import decode_metadata, validate_ttl, version_conflict
 from ._observe import HOOK
 from ._policy import (
@@ -107,7 +117,45 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             ") WITHOUT ROWID",
         ),
     ),
-    # 4 belongs to another branch (turns).
+    (
+        4,
+        (
+            # One row per commit that added items: the seq range of its items (docs/turns.md).
+            # Items stored before this table existed belong to no row: they read as one turn.
+            "CREATE TABLE IF NOT EXISTS txs_turns ("
+            " session_id TEXT NOT NULL,"
+            " first_seq INTEGER NOT NULL,"
+            " last_seq INTEGER NOT NULL,"
+            " created_at REAL NOT NULL,"
+            " run_id TEXT,"
+            " hidden_by INTEGER,"  # the rewind that hid it (session.rewind), else NULL
+            # Model usage of the turn's run (session.record_usage); NULL: none recorded.
+            " requests INTEGER,"
+            " input_tokens INTEGER,"
+            " output_tokens INTEGER,"
+            " cached_tokens INTEGER,"
+            " reasoning_tokens INTEGER,"
+            " PRIMARY KEY (session_id, first_seq)"
+            ") WITHOUT ROWID",
+            # Items hidden by a rewind (kept for undo_rewind), with the rewind's number.
+            "CREATE TABLE IF NOT EXISTS txs_hidden_items ("
+            " session_id TEXT NOT NULL,"
+            " seq INTEGER NOT NULL,"
+            " batch_id TEXT NOT NULL,"
+            " data TEXT NOT NULL,"
+            " rewind_no INTEGER NOT NULL,"
+            " PRIMARY KEY (session_id, seq)"
+            ") WITHOUT ROWID",
+            # Forks: session_id was forked from source_id at turn at_turn (session.fork).
+            "CREATE TABLE IF NOT EXISTS txs_branches ("
+            " source_id TEXT NOT NULL,"
+            " session_id TEXT NOT NULL,"
+            " at_turn INTEGER NOT NULL,"
+            " created_at REAL NOT NULL,"
+            " PRIMARY KEY (source_id, session_id)"
+            ") WITHOUT ROWID",
+        ),
+    ),
     (
         5,
         (
@@ -142,6 +190,18 @@ _SQL_RECORD_BATCH = (
     "INSERT OR IGNORE INTO txs_batches (session_id, batch_id, committed_at) VALUES (?, ?, ?)"
 )
 _SQL_CLEAR = "DELETE FROM txs_items WHERE session_id = ?"
+_SQL_CLEAR_TURNS = "DELETE FROM txs_turns WHERE session_id = ?"
+_SQL_CLEAR_HIDDEN = "DELETE FROM txs_hidden_items WHERE session_id = ?"
+_USAGE_COLUMNS = "requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens"
+_SQL_TURN = (
+    f"INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id, "
+    f"{_USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_SQL_LOAD_TURNS = (
+    f"SELECT first_seq, last_seq, created_at, run_id, {_USAGE_COLUMNS} FROM txs_turns "
+    "WHERE session_id = ? AND hidden_by IS NULL ORDER BY first_seq"
+)
+_SQL_LOAD_KEYS = "SELECT seq FROM txs_items WHERE session_id = ? ORDER BY seq"
 _SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
 _SQL_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq, "
@@ -179,6 +239,8 @@ def _apply_batches(
         removed = 0
         if batch.clear:
             conn.execute(_SQL_CLEAR, (session_id,))
+            conn.execute(_SQL_CLEAR_TURNS, (session_id,))
+            conn.execute(_SQL_CLEAR_HIDDEN, (session_id,))
         elif batch.pops:
             removed = conn.executemany(_SQL_POP, [(session_id, key) for key in batch.pops]).rowcount
             if removed != len(batch.pops):
@@ -201,6 +263,12 @@ def _apply_batches(
                     for i, text in enumerate(batch.items)
                 ],
             )
+            if batch.turn is not None:
+                at = now if batch.turn.created_at is None else batch.turn.created_at.timestamp()
+                counts = (None,) * 5 if batch.turn.usage is None else batch.turn.usage.values()
+                conn.execute(
+                    _SQL_TURN, (session_id, base, base + n - 1, at, batch.turn.run_id, *counts)
+                )
         if not batch.plain:
             _apply_extras(conn, session_id, batch, now, version - 1)
 
@@ -214,6 +282,14 @@ _SQL_RUN_STATE_WRITE = (
     "updated_at = excluded.updated_at"
 )
 _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM txs_run_states WHERE session_id = ?"
+_SQL_BRANCH = (
+    "INSERT OR IGNORE INTO txs_branches (source_id, session_id, at_turn, created_at) "
+    "VALUES (?, ?, ?, ?)"
+)
+_SQL_LOAD_BRANCHES = (
+    "SELECT session_id, at_turn, created_at FROM txs_branches WHERE source_id = ? "
+    "ORDER BY created_at, session_id"
+)
 _SQL_QUARANTINE = (
     "INSERT INTO txs_quarantine (session_id, seq, batch_id, reason, data, created_at) "
     "VALUES (?, (SELECT coalesce(max(seq), 0) + 1 FROM txs_quarantine WHERE session_id = ?), "
@@ -254,6 +330,52 @@ def _apply_extras(
         )
     for reason, text in batch.quarantine:
         conn.execute(_SQL_QUARANTINE, (session_id, session_id, batch.batch_id, reason, text, now))
+    if batch.branch is not None:
+        conn.execute(_SQL_BRANCH, (batch.branch.source_id, session_id, batch.branch.at_turn, now))
+    if batch.rewind is not None:
+        _rewind(conn, session_id, batch.rewind.hide_after)
+
+
+_SQL_REWIND_NO = "SELECT max(rewind_no) FROM txs_hidden_items WHERE session_id = :s"
+_SQL_HIDE = (
+    "INSERT INTO txs_hidden_items (session_id, seq, batch_id, data, rewind_no) "
+    "SELECT session_id, seq, batch_id, data, :r FROM txs_items WHERE session_id = :s AND seq > :k",
+    "DELETE FROM txs_items WHERE session_id = :s AND seq > :k",
+    "UPDATE txs_turns SET hidden_by = :r "
+    "WHERE session_id = :s AND first_seq > :k AND hidden_by IS NULL",
+)
+_SQL_UNHIDE = (
+    "INSERT INTO txs_items (session_id, seq, batch_id, data) SELECT session_id, seq, "
+    "batch_id, data FROM txs_hidden_items WHERE session_id = :s AND rewind_no = :r",
+    "DELETE FROM txs_hidden_items WHERE session_id = :s AND rewind_no = :r",
+    "UPDATE txs_turns SET hidden_by = NULL WHERE session_id = :s AND hidden_by = :r",
+)
+_SQL_UNHIDE_BLOCKED = (
+    "SELECT 1 FROM txs_items WHERE session_id = :s AND seq > (SELECT min(seq) FROM "
+    "txs_hidden_items WHERE session_id = :s AND rewind_no = :r) LIMIT 1"
+)
+_SQL_COUNT = "UPDATE txs_sessions SET item_count = item_count + :n WHERE session_id = :s"
+
+
+def _rewind(conn: sqlite3.Connection, session_id: str, hide_after: int | None) -> None:
+    """A :class:`~sessions.RewindChange`: hide the items after ``hide_after``, or undo."""
+    (newest,) = conn.execute(_SQL_REWIND_NO, {"s": session_id}).fetchone()
+    if hide_after is None and newest is None:
+        return  # nothing hidden, nothing to undo
+    params = {"s": session_id, "r": (newest or 0) + 1, "k": hide_after}
+    if hide_after is None:
+        params["r"] = newest
+        if conn.execute(_SQL_UNHIDE_BLOCKED, params).fetchone():
+            raise ConflictError(
+                f"session {session_id!r}: turns were committed after the rewound ones; "
+                "undoing the rewind would interleave them"
+            )
+    insert, delete, turns = _SQL_HIDE if hide_after is not None else _SQL_UNHIDE
+    moved = conn.execute(insert, params).rowcount
+    conn.execute(delete, params)
+    conn.execute(turns, params)
+    sign = 1 if hide_after is None else -1
+    conn.execute(_SQL_COUNT, {"n": sign * moved, "s": session_id})
 
 
 def _write_info(conn: sqlite3.Connection, session_id: str, change: InfoChange) -> None:
@@ -397,6 +519,25 @@ def _load(conn: sqlite3.Connection, session_id: str, limit: int | None) -> list[
     return rows
 
 
+def _load_turns(conn: sqlite3.Connection, session_id: str) -> tuple[list[TurnRow], list[int]]:
+    conn.execute("BEGIN")  # one snapshot for both reads
+    try:
+        records = [
+            TurnRow(
+                row[0],
+                row[1],
+                datetime.fromtimestamp(row[2], timezone.utc),
+                row[3],
+                None if row[4] is None else TurnUsage(*row[4:]),
+            )
+            for row in conn.execute(_SQL_LOAD_TURNS, (session_id,))
+        ]
+        keys = [key for (key,) in conn.execute(_SQL_LOAD_KEYS, (session_id,))]
+    finally:
+        conn.execute("COMMIT")
+    return records, keys
+
+
 def _setup(conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> None:
     conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}")
     deadline = time.monotonic() + busy_timeout
@@ -451,7 +592,9 @@ def _applied(conn: sqlite3.Connection, session_id: str, batch_ids: Sequence[str]
     return {row[0] for row in rows}
 
 
-def _query(conn: sqlite3.Connection, sql: str, params: Sequence[Any] | dict[str, Any]) -> list[Any]:
+def _query(
+    conn: sqlite3.Connection, sql: str, params: Sequence[Any] | Mapping[str, Any]
+) -> list[Any]:
     return conn.execute(sql, params).fetchall()
 
 
@@ -490,6 +633,7 @@ def _delete(
             return False
         for table in SESSION_TABLES:
             conn.execute(f'DELETE FROM "{table}" WHERE session_id = ?', (session_id,))
+        conn.execute("DELETE FROM txs_branches WHERE source_id = ?", (session_id,))
         existed = (
             conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)).rowcount
             > 0
@@ -510,6 +654,9 @@ SESSION_TABLES = (
     "txs_batches",
     "txs_run_states",
     "txs_session_tags",
+    "txs_turns",
+    "txs_hidden_items",
+    "txs_branches",  # the session's own fork record; its forks' records: source_id, below
     "txs_quarantine",
 )
 
@@ -527,6 +674,7 @@ def _delete_user(conn: sqlite3.Connection, user_id: str) -> list[str]:
         owned = "SELECT session_id FROM txs_sessions WHERE user_id = ?"
         for table in SESSION_TABLES:
             conn.execute(f'DELETE FROM "{table}" WHERE session_id IN ({owned})', (user_id,))
+        conn.execute(f"DELETE FROM txs_branches WHERE source_id IN ({owned})", (user_id,))
         conn.execute("DELETE FROM txs_sessions WHERE user_id = ?", (user_id,))
         conn.execute("COMMIT")
     except BaseException:
@@ -670,6 +818,26 @@ class SQLiteBackend:
 
     async def load_run_state(self, session_id: str) -> tuple[str | None, int, str | None]:
         return await self._run("read", _load_run_state, session_id)
+
+    async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
+        return await self._run("read", _load_turns, session_id)
+
+    async def usage_totals(
+        self, session_id: str | None, since: datetime | None
+    ) -> tuple[TurnUsage, int]:
+        sums = ", ".join(f"coalesce(sum({c}), 0)" for c in _USAGE_COLUMNS.split(", "))
+        sql = f"SELECT {sums}, count(requests) FROM txs_turns WHERE requests IS NOT NULL"
+        params: dict[str, Any] = {}
+        if session_id is not None:
+            sql, params["s"] = sql + " AND session_id = :s", session_id
+        if since is not None:
+            sql, params["t"] = sql + " AND created_at >= :t", since.timestamp()
+        (row,) = await self._run("read", _query, sql, params)
+        return TurnUsage(*row[:5]), row[5]
+
+    async def load_branches(self, source_id: str) -> list[BranchRow]:
+        rows = await self._run("read", _query, _SQL_LOAD_BRANCHES, (source_id,))
+        return [BranchRow(sid, at, datetime.fromtimestamp(t, timezone.utc)) for sid, at, t in rows]
 
     async def close(self) -> None:
         """Run what is queued, then close the connection and end the worker thread."""

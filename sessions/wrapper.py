@@ -502,10 +502,12 @@ class TransactionalSession(BufferedSession):
 
     # ------------------------------------------------------------------ run context
 
-    async def get_items(self, limit: int | None = None, *, wrapper: Any = None) -> list[Any]:
+    async def get_items(
+        self, limit: int | None = None, *, turns: int | None = None, wrapper: Any = None
+    ) -> list[Any]:
         token = _READ_CONTEXT.set(wrapper)
         try:
-            return await super().get_items(limit, wrapper=wrapper)
+            return await super().get_items(limit, turns=turns, wrapper=wrapper)
         finally:
             _READ_CONTEXT.reset(token)
 

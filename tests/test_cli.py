@@ -391,6 +391,10 @@ COMMANDS = [
     "list",
     "show",
     "stats",
+    "turns",
+    "fork",
+    "rewind",
+    "usage",
     "export",
     "import",
     "delete",
@@ -718,3 +722,67 @@ async def test_export_skips_a_stored_nan_row_as_corrupt_so_the_file_imports(
         assert await store.session("s").get_items() == [{"n": 1}]
     finally:
         await store.close()
+
+
+# --------------------------------------------------------------------------- turns, fork
+
+
+async def test_turns_fork_and_rewind_commands_print_literally_and_work_on_whole_turns(
+    db: str,
+) -> None:
+    store = await open_store(db)
+    try:
+        session = store.session("chat")
+        for n, run in enumerate(("run-a", "run-\x1b[31mred")):
+            session.set_run_id(run)
+            await session.add_items([{"role": "user", "content": f"q{n}"}] * (n + 1))
+            await session.commit()
+    finally:
+        await store.close()
+    text = await cli("turns", "chat", "--db", db)
+    assert text.code == 0, text.err
+    assert "run-a" in text.out and "\x1b" not in text.out and "\\x1b" in text.out
+    as_json = await cli("turns", "chat", "--json", "--db", db)
+    turns = json.loads(as_json.out)["turns"]
+    assert [(t["number"], t["items"], t["run_id"]) for t in turns] == [
+        (1, 1, "run-a"),
+        (2, 2, "run-\x1b[31mred"),
+    ]
+    for _ in range(2):  # a rerun adds nothing
+        forked = await cli("fork", "chat", "chat-edit", "--at-turn", "1", "--json", "--db", db)
+        assert forked.code == 0, forked.err
+        assert json.loads(forked.out) == {"session_id": "chat-edit", "source": "chat", "turns": 1}
+    assert (await history(db))["chat-edit"] == [{"role": "user", "content": "q0"}]
+    listed = await cli("turns", "chat", "--db", db)
+    assert "fork chat-edit at turn 1" in listed.out
+    one_error_line(await cli("fork", "chat", "x", "--at-turn", "5", "--db", db), "at_turn")
+    hidden = await cli("rewind", "chat", "--to-turn", "1", "--db", db)
+    assert hidden.code == 0 and "session chat: 1 turn hidden" in hidden.out, hidden.err
+    assert (await history(db))["chat"] == [{"role": "user", "content": "q0"}]
+    restored = await cli("rewind", "chat", "--undo", "--json", "--db", db)
+    assert json.loads(restored.out) == {"session_id": "chat", "restored": 1}
+    assert len((await history(db))["chat"]) == 3
+    one_error_line(await cli("rewind", "chat", "--db", db), "--to-turn", "--undo")
+
+
+async def test_usage_sums_recorded_usage_per_session_and_store_as_text_and_json(db: str) -> None:
+    from sessions import TurnUsage
+
+    store = await open_store(db)
+    try:
+        for session_id, tokens in (("a", 100), ("b", 1000)):
+            session = store.session(session_id)
+            await session.add_items([{"role": "user", "content": "q"}])
+            session.record_usage(TurnUsage(1, tokens, tokens // 10, 0, 0))
+            await session.commit()
+    finally:
+        await store.close()
+    one = await cli("usage", "a", "--json", "--db", db)
+    assert one.code == 0, one.err
+    assert json.loads(one.out)["input_tokens"] == 100
+    every = await cli("usage", "--since", "1d", "--json", "--db", db)
+    body = json.loads(every.out)
+    assert body["requests"] == 2 and body["input_tokens"] == 1100 and body["session_id"] is None
+    text = await cli("usage", "--db", db)
+    assert "input tokens" in text.out and "1,100" in text.out
+    one_error_line(await cli("usage", "--since", "soon", "--db", db), "--since")

@@ -170,6 +170,7 @@ def test_the_property_tests_cover_every_command() -> None:
         "demo",
     }
     covered |= {"delete-user"}
+    covered |= {"turns", "fork", "rewind", "usage"}
     assert set(COMMANDS) == covered
 
 
@@ -239,6 +240,52 @@ def test_writing_commands_show_generated_text_literally(
     left = len(ids) - 1
     assert purged.code == 0
     assert (f"deleted {left} session" if left else "nothing to purge") in purged.out
+
+
+async def _seed_turns(url: str, sessions: dict[str, list[Any]], run_id: str) -> None:
+    """Each session: its items as turn 1, then one item as turn 2 with ``run_id`` and usage
+    (stored verbatim, ``integrity="off"``, as ``seed`` does)."""
+    from sessions import TurnUsage, open_store
+
+    store = await open_store(url, integrity="off")
+    try:
+        for session_id, items in sessions.items():
+            session = store.session(session_id)
+            await session.add_items(items)
+            await session.commit()
+            session.set_run_id(run_id)
+            await session.add_items([{"role": "user", "content": run_id}])
+            session.record_usage(TurnUsage(1, 10, 2, 0, 0))
+            await session.commit()
+    finally:
+        await store.close()
+
+
+@SETTINGS
+@given(sessions=_sessions, run_id=_ids)
+@example(sessions=FIXED, run_id="\x1b[31mrun\u202e")
+def test_turn_commands_show_generated_text_literally(
+    stores: Stores, sessions: dict[str, list[Any]], run_id: str
+) -> None:
+    url = stores.fresh()
+    asyncio.run(_seed_turns(url, sessions, run_id))
+    for session_id in sorted(sessions):
+        shown = run("turns", "--db", url, "--", session_id)
+        assert shown.code == 0 and literal(run_id) in shown.out
+        body = strict_json(run("turns", "--json", "--db", url, "--", session_id).out)
+        assert [t["run_id"] for t in body["turns"]] == [None, run_id]
+        fork = f"{session_id}·fork"
+        forked = run("fork", "--at-turn", "1", "--json", "--db", url, "--", session_id, fork)
+        assert strict_json(forked.out) == {"session_id": fork, "source": session_id, "turns": 1}
+        listed = run("turns", "--db", url, "--", session_id)
+        assert f"fork {literal(fork)} at turn 1" in listed.out
+        hidden = run("rewind", "--to-turn", "1", "--db", url, "--", session_id)
+        assert hidden.code == 0 and literal(session_id) in hidden.out
+        undone = run("rewind", "--undo", "--json", "--db", url, "--", session_id)
+        assert strict_json(undone.out) == {"session_id": session_id, "restored": 1}
+        usage = strict_json(run("usage", "--json", "--db", url, "--", session_id).out)
+        assert (usage["session_id"], usage["requests"]) == (session_id, 1)
+    assert strict_json(run("usage", "--json", "--db", url).out)["requests"] == len(sessions)
 
 
 @SETTINGS

@@ -148,12 +148,15 @@ async def test_bad_identifier_refused_by_from_pool_and_good_ones_accepted(
         )
         assert [r[0] for r in tables] == [
             "A_1batches",
+            "A_1branches",
+            "A_1hidden_items",
             "A_1items",
             "A_1quarantine",
             "A_1run_states",
             "A_1schema_version",
             "A_1session_tags",
             "A_1sessions",
+            "A_1turns",
         ]
     finally:
         await pool.close()

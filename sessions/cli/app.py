@@ -15,6 +15,7 @@ from .maintenance import delete_cmd, delete_user_cmd, migrate_cmd, purge_cmd
 from .options import ENV_URL, Globals
 from .render import CliError, exit_code
 from .transfer import export_cmd, import_cmd
+from .turns import fork_cmd, rewind_cmd, turns_cmd, usage_cmd
 
 __all__ = ["build_app", "run"]
 
@@ -31,6 +32,10 @@ COMMANDS: dict[str, Callable[..., int]] = {
     "list": list_cmd,
     "show": show_cmd,
     "stats": stats_cmd,
+    "turns": turns_cmd,
+    "fork": fork_cmd,
+    "rewind": rewind_cmd,
+    "usage": usage_cmd,
     "export": export_cmd,
     "import": import_cmd,
     "delete": delete_cmd,

@@ -92,13 +92,15 @@ _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_duration(text: str) -> timedelta:
+def parse_duration(
+    text: str, option: str = "--older-than", command: str = "sessions purge"
+) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or combinations such as ``1d12h``."""
     compact = text.strip().lower().replace(" ", "")
     if not compact or _DURATION_PART.sub("", compact):
         raise UsageError(
-            f"--older-than {text!r}: expected a duration such as 30d, 12h, 90m, 45s or 2w",
-            "sessions purge",
+            f"{option} {text!r}: expected a duration such as 30d, 12h, 90m, 45s or 2w",
+            command,
         )
     seconds = sum(float(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(compact))
     return timedelta(seconds=seconds)

@@ -1,0 +1,138 @@
+"""Forks (issue 15): a new session holding a session's history up to a turn.
+
+A fork is a copy, written through the commit path (:func:`sessions._commit.write_batches`)
+as one batch per copied turn, all in one transaction. Copy, not copy-on-write: reads of
+a fork stay the plain reads of one session (no lookups through a parent chain on every
+``get_items``), a fork outlives its source's pops, clears and deletion, and the cost is
+paid once, when the fork is made (see ``docs/turns.md``).
+
+Idempotent: batch ids derive from the source, the fork's id, each turn's position and
+its items, so running the same fork again applies nothing. Atomic: the first batch
+carries a tail condition that refuses a fork into a session that already holds items
+(:class:`~sessions.errors.CommitConflictError`, nothing applied), and the fork record
+(:attr:`sessions.Batch.branch`) is written by that batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ._backend import AdminBackend, Batch, BranchBackend, BranchRecord, TurnBackend, TurnRecord
+from ._commit import derived_batch_id, write_batches
+from ._turns import Turn, build_turns
+from .errors import SessionError
+
+if TYPE_CHECKING:
+    from ._store import Store
+
+__all__ = ["Branch", "fork_history", "list_branches"]
+
+_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Branch:
+    """A session forked from another (see :meth:`sessions.BufferedSession.branches`)."""
+
+    session_id: str
+    """The fork's id."""
+    at_turn: int
+    """It holds its source's turns 1 to ``at_turn`` as they were when it was made."""
+    created_at: datetime
+
+
+def _backend(store: Store[Any], operation: str) -> Any:
+    backend = store.backend
+    for protocol in (TurnBackend, BranchBackend, AdminBackend):
+        if not isinstance(backend, protocol):
+            raise SessionError(f"{operation}(): {type(backend).__name__} cannot fork sessions")
+    return backend
+
+
+async def fork_history(
+    store: Store[Any], source_id: str, target_id: str, at_turn: int | None
+) -> int:
+    """Copy turns 1 to ``at_turn`` (all when ``None``) of ``source_id`` into the new
+    session ``target_id``; return the number of turns copied."""
+    if target_id == source_id:
+        raise ValueError(f"fork(): the new session id must differ from {source_id!r}")
+    backend = _backend(store, "fork")
+    records, keys = await backend.load_turns(source_id)
+    turns = build_turns(records, keys, clear=False, pops=(), staged=0)
+    count = len(turns) if at_turn is None else at_turn
+    if not turns or not 1 <= count <= len(turns):
+        raise ValueError(
+            f"fork(): at_turn must be from 1 to {len(turns)} (the turns of session "
+            f"{source_id!r}), got {count}"
+        )
+    chosen = turns[:count]
+    texts = await _read(backend, source_id, chosen)
+    batches = _batches(source_id, target_id, chosen, texts)
+    ids = [batch.batch_id for batch in batches]
+    done = await backend.applied(target_id, ids)
+    if done and len(done) < len(ids):  # an earlier fork of a history that changed since
+        raise SessionError(
+            f"fork(): session {target_id!r} already holds a fork of {source_id!r} made "
+            "from a different history; pick another id"
+        )
+    if len(done) < len(ids):
+        await write_batches(store, target_id, batches)
+    return count
+
+
+async def _read(backend: Any, session_id: str, turns: list[Turn]) -> list[list[str]]:
+    """The stored texts of each of ``turns`` (consecutive, from the first)."""
+    last = turns[-1].last_key
+    assert last is not None
+    rows: list[tuple[int, str]] = []
+    after: int | None = None
+    while True:
+        page = await backend.read_range(session_id, after=after, limit=_PAGE)
+        rows.extend(row for row in page if row[0] <= last)
+        if len(page) < _PAGE or page[-1][0] >= last:
+            break
+        after = page[-1][0]
+    out: list[list[str]] = [[] for _ in turns]
+    index = 0
+    for key, text in rows:
+        while index < len(turns) and (turns[index].last_key or 0) < key:
+            index += 1
+        if index < len(turns):
+            out[index].append(text)
+    if [len(part) for part in out] != [turn.items for turn in turns]:
+        raise SessionError(
+            f"fork(): session {session_id!r} changed while it was read; fork it again"
+        )
+    return out
+
+
+def _batches(
+    source_id: str, target_id: str, turns: list[Turn], texts: list[list[str]]
+) -> list[Batch]:
+    batches: list[Batch] = []
+    position = 0
+    scope = f"{source_id}\0{target_id}"
+    for number, (turn, part) in enumerate(zip(turns, texts, strict=True), start=1):
+        first = number == 1
+        batches.append(
+            Batch(
+                derived_batch_id("frk", scope, position, part),
+                False,
+                (),
+                tuple(part),
+                tail=0 if first else None,  # the new session must hold no items yet
+                # Usage stays with the source: the tokens were spent once.
+                turn=TurnRecord(turn.run_id, turn.created_at),
+                branch=BranchRecord(source_id, len(turns)) if first else None,
+            )
+        )
+        position += len(part)
+    return batches
+
+
+async def list_branches(store: Store[Any], source_id: str) -> list[Branch]:
+    backend = _backend(store, "branches")
+    rows = await backend.load_branches(source_id)
+    return [Branch(row.session_id, row.at_turn, row.created_at) for row in rows]
