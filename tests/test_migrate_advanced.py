@@ -13,14 +13,14 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from agents import Usage
+from agents import SQLiteSession, Usage
 from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
 
 from sessions import TurnUsage, open_store
 
 from .conftest import Target
 from .sdk import sdk_import
-from .test_cli import cli, fresh_url, history
+from .test_cli import cli, fresh_url, history, one_error_line
 
 
 def usage(requests: int, tokens_in: int, tokens_out: int, cached: int, reasoning: int) -> Usage:
@@ -128,3 +128,16 @@ async def test_advanced_sqlite_session_branches_turns_and_usage_migrate_once(
         assert await store.usage() == TurnUsage(5, 130, 27, 38, 4)
     finally:
         await store.close()
+
+
+async def test_a_branch_whose_session_id_the_file_already_has_is_refused_naming_it(
+    advanced_file: tuple[Path, dict[str, list[Any]]], target: Target, tmp_path: Path
+) -> None:
+    path, _ = advanced_file
+    plain = SQLiteSession("chat@retry", path)  # a session named like the branch's target
+    await plain.add_items([user("hello")])
+    plain.close()
+    db = fresh_url(target, tmp_path)
+    result = await cli("migrate", "--from", f"sqlite:///{path}", "--to", db)
+    one_error_line(result, "branch 'retry' of session 'chat'", "'chat@retry'")
+    assert await history(db) == {}
