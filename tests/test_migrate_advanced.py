@@ -84,7 +84,7 @@ async def advanced_file(tmp_path: Path) -> tuple[Path, dict[str, list[Any]]]:
     return path, expected
 
 
-async def test_advanced_sqlite_session_branches_turns_and_usage_migrate_once(
+async def test_advanced_sqlite_session_branches_turns_and_usage_migrate_once_then_only_new_turns(
     advanced_file: tuple[Path, dict[str, list[Any]]], target: Target, tmp_path: Path
 ) -> None:
     path, expected = advanced_file
@@ -126,6 +126,29 @@ async def test_advanced_sqlite_session_branches_turns_and_usage_migrate_once(
         assert len(await store.session("chat").turns()) == 3
         assert len(await store.session("chat").branches()) == 1
         assert await store.usage() == TurnUsage(5, 130, 27, 38, 4)
+    finally:
+        await store.close()
+
+    # The source grew since (a new instance starts on main): only the new turn is copied.
+    advanced = sdk_import(
+        "AdvancedSQLiteSession", "agents.extensions.memory", "AdvancedSQLiteSession"
+    )
+    session = advanced(session_id="chat", db_path=path)
+    try:
+        await run_turn(session, [user("bye"), answer("Bye!")], usage(1, 70, 2, 50, 0))
+        expected["chat"] = await session.get_items(branch_id="main")
+    finally:
+        session.close()
+    grown = await cli("migrate", "--from", f"sqlite:///{path}", "--to", db)
+    assert grown.code == 0, grown.err
+    assert "2 items copied, 12 already present" in grown.out
+    assert await history(db) == expected
+    store = await open_store(db)
+    try:
+        turns = await store.session("chat").turns()
+        assert [(t.number, t.items, t.usage) for t in turns[3:]] == [
+            (4, 2, TurnUsage(1, 70, 2, 50, 0))
+        ]
     finally:
         await store.close()
 
