@@ -31,7 +31,13 @@ Result = dict[str, Any]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 GENERATED = os.path.join(ROOT, "docs", "generated")
-DOCUMENTS = ("README.md", "docs/benchmarks.md", "docs/postgres.md", "docs/RELIABILITY.md")
+DOCUMENTS = (
+    "README.md",
+    "docs/benchmarks.md",
+    "docs/postgres.md",
+    "docs/RELIABILITY.md",
+    "docs/history.md",
+)
 
 _BEGIN = "<!-- generated:{name} (python -m benchmarks.docs; do not edit) -->"
 _END = "<!-- /generated:{name} -->"
@@ -278,6 +284,28 @@ def register(name: str, results_file: str, renderer: Callable[[Result], str], co
         return renderer(results)
 
     FRAGMENTS[name] = (load, render)
+
+
+def _results_markdown(name: str) -> Callable[[Result], str]:
+    """A renderer that includes ``benchmarks/results/<name>``, the table the command
+    wrote beside its JSON (its title line dropped)."""
+
+    def renderer(_results: Result) -> str:
+        with open(os.path.join(RESULTS, name), encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+        while lines and (lines[0].startswith("# ") or not lines[0].strip()):
+            lines.pop(0)
+        return "\n".join(lines) + "\n"
+
+    return renderer
+
+
+register(
+    "integrity",
+    "integrity.json",
+    _results_markdown("integrity.md"),
+    "python -m benchmarks.integrity",
+)
 
 
 def render() -> dict[str, str]:
