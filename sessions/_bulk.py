@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from ._backend import Batch, InfoChange
+from ._backend import Batch, BranchRecord, InfoChange, TurnRecord
 from ._commit import derived_batch_id, write_batches
 
 if TYPE_CHECKING:
@@ -79,13 +79,14 @@ class ChunkWriter:
         """Whether this marker was written to the session before."""
         return await self.present(self.marker_id(*facts))
 
-    async def mark(self, *facts: str) -> None:
+    async def mark(self, *facts: str, branch: BranchRecord | None = None) -> None:
         """Write the marker batch (creates the session, even without items). Idempotent.
 
-        A session without items takes ``restore_times`` from its marker.
+        A session without items takes ``restore_times`` from its marker. ``branch``
+        records the session as a branch of another, with the marker.
         """
         times = self.restore_times if self.total == 0 else None
-        batch = Batch(self.marker_id(*facts), False, (), (), times, info=self.info)
+        batch = Batch(self.marker_id(*facts), False, (), (), times, info=self.info, branch=branch)
         if not await self.present(batch.batch_id):
             await self._write(batch)
 
@@ -96,8 +97,9 @@ class ChunkWriter:
         if len(self._pending) >= self.chunk_items or self._bytes >= self.chunk_bytes:
             await self.flush()
 
-    async def flush(self) -> None:
-        """Write the queued items as one chunk (nothing if none are queued)."""
+    async def flush(self, turn: TurnRecord | None = None) -> None:
+        """Write the queued items as one chunk (nothing if none are queued); ``turn``
+        goes with it (a migrated turn: its usage)."""
         texts, self._pending, self._bytes = self._pending, [], 0
         if not texts:
             return
@@ -107,7 +109,7 @@ class ChunkWriter:
             self.already_present += len(texts)
         else:
             times = self.restore_times if last else None
-            await self._write(Batch(batch_id, False, (), tuple(texts), times))
+            await self._write(Batch(batch_id, False, (), tuple(texts), times, turn=turn))
             self.added += len(texts)
         self.position += len(texts)
         if self.progress is not None:

@@ -5,6 +5,11 @@ Sources (``--from``):
 * ``sqlite:///path.db``: a file written by ``agents.SQLiteSession`` or
   ``agents.extensions.memory.AsyncSQLiteSession`` (tables ``agent_sessions`` and
   ``agent_messages`` by default; items in ``id`` order). Opened read-only.
+* the same with ``agents.extensions.memory.AdvancedSQLiteSession``'s tables
+  (``message_structure``, ``turn_usage``) present: every session's branch ``main``
+  becomes the session, one turn per SDK user turn with that turn's usage, and every
+  other branch ``B`` the session ``<session_id>@B``, recorded as a branch of it (see
+  :class:`AdvancedPlan`).
 * any SQLAlchemy async URL (``sqlite+aiosqlite:///...``, ``postgresql+asyncpg://...``;
   ``postgresql://`` means asyncpg): tables written by
   ``agents.extensions.memory.SQLAlchemySession`` (items in ``created_at, id`` order, as
@@ -33,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import quote, unquote, urlsplit
 
+from ._backend import BranchRecord, TurnRecord, TurnUsage
 from ._bulk import CHUNK_ITEMS, ChunkWriter
 from ._redact import redact
 from ._serde import encode_item
@@ -108,6 +114,56 @@ def _check_table(kind: str, name: str) -> str:
 
 # --------------------------------------------------------------------------- SQLite file
 
+#: The tables that make a SQLiteSession file an AdvancedSQLiteSession one.
+ADVANCED_TABLES = frozenset({"message_structure", "turn_usage"})
+#: The branch every AdvancedSQLiteSession starts on (and returns to after a clear).
+MAIN_BRANCH = "main"
+
+
+@dataclass
+class SdkTurn:
+    """One user turn of an AdvancedSQLiteSession branch: its rows, in order."""
+
+    number: int
+    ids: list[int] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class AdvancedPlan:
+    """How one AdvancedSQLiteSession branch migrates.
+
+    ``turns`` in order (each becomes one of our turn records, with ``usage[number]``,
+    the SDK's ``turn_usage`` row of that branch and turn, if any); ``branch``: for a
+    branch other than ``main``, the record listing it in ``branches()`` of the main
+    session, at the number of leading turns it shares with ``main`` (same rows).
+    """
+
+    turns: list[SdkTurn]
+    usage: dict[int, TurnUsage]
+    branch: BranchRecord | None
+
+
+def _usage(row: list[Any]) -> TurnUsage:
+    requests, input_tokens, output_tokens, input_details, output_details = row
+    return TurnUsage(
+        int(requests or 0),
+        int(input_tokens or 0),
+        int(output_tokens or 0),
+        _detail(input_details, "cached_tokens"),
+        _detail(output_details, "reasoning_tokens"),
+    )
+
+
+def _detail(text: object, key: str) -> int:
+    """``key`` of a ``*_tokens_details`` JSON column (0 when absent or unreadable)."""
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return 0
+    number = value.get(key) if isinstance(value, dict) else None
+    return number if isinstance(number, int) and not isinstance(number, bool) else 0
+
 
 class SQLiteFileSource:
     """A database file of the SDK's ``SQLiteSession`` / ``AsyncSQLiteSession``."""
@@ -118,6 +174,10 @@ class SQLiteFileSource:
         self.sessions_table = _check_table("sessions table", sessions_table)
         self.messages_table = _check_table("messages table", messages_table)
         self._conn: sqlite3.Connection | None = None
+        #: An AdvancedSQLiteSession file (its tables are present).
+        self.advanced = False
+        #: Advanced files: every target session id -> (SDK session id, branch id).
+        self._branches: dict[str, tuple[str, str]] = {}
 
     async def open(self) -> None:
         self._conn, tables = await asyncio.to_thread(self._connect)
@@ -126,6 +186,7 @@ class SQLiteFileSource:
                 f"{self.path!r} has no table {self.messages_table!r}: not a SQLiteSession "
                 "database, or give its tables with --sessions-table/--messages-table"
             )
+        self.advanced = ADVANCED_TABLES <= tables
 
     def _connect(self) -> tuple[sqlite3.Connection, set[str]]:
         if not os.path.isfile(self.path):
@@ -169,7 +230,74 @@ class SQLiteFileSource:
             f'SELECT session_id, COUNT(*) FROM "{self.messages_table}" GROUP BY session_id'
         ):
             counts[str(session_id)] = int(count)
+        if self.advanced:
+            self._add_branches(conn, counts)
         return sorted(counts.items())
+
+    def _add_branches(self, conn: sqlite3.Connection, counts: dict[str, int]) -> None:
+        """Replace the counts of sessions with branch rows by one count per branch."""
+        self._branches = {}
+        rows = conn.execute(
+            f"SELECT s.session_id, s.branch_id, COUNT(*) FROM message_structure s "
+            f'JOIN "{self.messages_table}" m ON m.id = s.message_id '
+            "GROUP BY s.session_id, s.branch_id"
+        ).fetchall()
+        for session_id, _, _ in rows:
+            counts[str(session_id)] = 0  # its rows of no branch are not history
+        for session_id, branch_id, count in rows:
+            sid, branch = str(session_id), str(branch_id)
+            target = sid if branch == MAIN_BRANCH else f"{sid}@{branch}"
+            if target in self._branches or (target != sid and target in counts):
+                raise MigrationError(
+                    f"{self.path!r}: branch {branch!r} of session {sid!r} would become "
+                    f"session {target!r}, which the source already has"
+                )
+            self._branches[target] = (sid, branch)
+            counts[target] = int(count)
+
+    async def plan(self, target_id: str) -> AdvancedPlan | None:
+        """The turns of an AdvancedSQLiteSession branch (``None``: not one)."""
+        if target_id not in self._branches:
+            return None
+        try:
+            return await asyncio.to_thread(self._plan, *self._branches[target_id])
+        except sqlite3.Error as exc:
+            raise MigrationError(f"cannot read SQLite database {self.path!r}: {exc}") from None
+
+    def _plan(self, session_id: str, branch_id: str) -> AdvancedPlan:
+        conn = self._db()
+        turns = self._turns(conn, session_id, branch_id)
+        usage = {
+            int(turn): _usage(row)
+            for turn, *row in conn.execute(
+                "SELECT user_turn_number, requests, input_tokens, output_tokens, "
+                "input_tokens_details, output_tokens_details FROM turn_usage "
+                "WHERE session_id = ? AND branch_id = ?",
+                (session_id, branch_id),
+            )
+        }
+        if branch_id == MAIN_BRANCH:
+            return AdvancedPlan(turns, usage, None)
+        main = self._turns(conn, session_id, MAIN_BRANCH)
+        shared = 0
+        while shared < min(len(turns), len(main)) and turns[shared].ids == main[shared].ids:
+            shared += 1
+        return AdvancedPlan(turns, usage, BranchRecord(session_id, shared))
+
+    def _turns(self, conn: sqlite3.Connection, session_id: str, branch_id: str) -> list[SdkTurn]:
+        turns: list[SdkTurn] = []
+        for message_id, number, text in conn.execute(
+            f"SELECT s.message_id, s.user_turn_number, m.message_data FROM message_structure s "
+            f'JOIN "{self.messages_table}" m ON m.id = s.message_id '
+            "WHERE s.session_id = ? AND s.branch_id = ? ORDER BY s.sequence_number",
+            (session_id, branch_id),
+        ):
+            number = int(number or 0)
+            if not turns or turns[-1].number != number:
+                turns.append(SdkTurn(number))
+            turns[-1].ids.append(int(message_id))
+            turns[-1].texts.append(str(text))
+        return turns
 
     async def rows(self, session_id: str, chunk: int) -> AsyncIterator[list[str]]:
         try:
@@ -441,9 +569,42 @@ async def _migrate_session(
         if progress is not None:
             progress(rows)
         return rows
+    plan = await source.plan(session_id) if isinstance(source, SQLiteFileSource) else None
+    if plan is not None:
+        if info is None:
+            await writer.mark(branch=plan.branch)
+        return await _copy_turns(plan, writer, have, report, progress)
     if info is None:
         await writer.mark()
     return await _copy_session(source, writer, have, report, progress)
+
+
+async def _copy_turns(
+    plan: AdvancedPlan,
+    writer: ChunkWriter,
+    have: int,
+    report: MigrationReport,
+    progress: Progress | None,
+) -> int:
+    """Append an AdvancedSQLiteSession branch after its first ``have`` items, one batch
+    (one turn record, with the turn's usage) per SDK turn; return how many it has."""
+    valid = 0
+    writer.position = have
+    writer.chunk_items = writer.chunk_bytes = 1 << 62  # a turn is one batch, whole
+    for turn in plan.turns:
+        texts = [text for text in map(_decode, turn.texts) if text is not None]
+        report.corrupt_skipped += len(turn.texts) - len(texts)
+        skip = min(len(texts), max(0, have - valid))
+        valid += len(texts)
+        report.already_present += skip
+        for text in texts[skip:]:
+            await writer.add(text)
+        await writer.flush(TurnRecord(usage=plan.usage.get(turn.number)))
+        if progress is not None:
+            progress(len(turn.texts))
+    report.copied += writer.added
+    report.already_present += writer.already_present
+    return valid
 
 
 async def _copy_session(

@@ -50,6 +50,9 @@ SINCE: dict[str, tuple[int, ...]] = {
     # Runner.run_sync works in a thread with no event loop set (it makes one; before:
     # asyncio.get_event_loop() raised "There is no current event loop in thread ...")
     "run_sync_in_any_thread": (0, 5, 0),
+    # agents.extensions.memory.AdvancedSQLiteSession (branches: message_structure; usage
+    # per user turn: turn_usage)
+    "AdvancedSQLiteSession": (0, 3, 3),
     # agents.extensions.memory.AsyncSQLiteSession
     "AsyncSQLiteSession": (0, 7, 0),
     # stream_events() re-raises its consumer's cancellation (before: ended the stream)
