@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sessions import AdminBackend, Batch, CatalogueBackend, Store
+from sessions._backend import BranchBackend, RunStateBackend, TurnBackend
 
 Hook = Callable[[], Awaitable[None]]
 
@@ -50,12 +51,6 @@ class ProxyBackend:
         return getattr(self.inner, name)
 
 
-class AdminProxyBackend(ProxyBackend):
-    """A ProxyBackend over a backend with store operations, which are real methods here:
-    since Python 3.12, ``isinstance()`` against a runtime-checkable protocol (how the store
-    finds them) looks attributes up statically, so ``__getattr__`` no longer counts."""
-
-
 def _delegate(name: str) -> Callable[..., Awaitable[Any]]:
     async def method(self: ProxyBackend, *args: Any, **kwargs: Any) -> Any:
         return await getattr(self.inner, name)(*args, **kwargs)
@@ -64,26 +59,36 @@ def _delegate(name: str) -> Callable[..., Awaitable[Any]]:
     return method
 
 
-for _name in [name for name in vars(AdminBackend) if not name.startswith("_")]:
-    setattr(AdminProxyBackend, _name, _delegate(_name))
+#: The optional protocols a store looks for with ``isinstance()``. Since Python 3.12 that
+#: looks attributes up statically, so ``__getattr__`` no longer counts: a proxy gets real
+#: delegating methods for each protocol its inner backend implements.
+OPTIONAL_PROTOCOLS: tuple[type, ...] = (
+    AdminBackend,
+    CatalogueBackend,
+    RunStateBackend,
+    TurnBackend,
+    BranchBackend,
+)
 
 
-class CatalogueProxyBackend(AdminProxyBackend):
-    """An AdminProxyBackend over a backend that keeps the session catalogue too."""
-
-
-for _name in [name for name in vars(CatalogueBackend) if not name.startswith("_")]:
-    setattr(CatalogueProxyBackend, _name, _delegate(_name))
+def proxy_class(inner: Any) -> type[ProxyBackend]:
+    """A :class:`ProxyBackend` subclass implementing every optional protocol of ``inner``."""
+    protocols = [p for p in OPTIONAL_PROTOCOLS if isinstance(inner, p)]
+    if not protocols:
+        return ProxyBackend
+    methods = {
+        name: _delegate(name)
+        for protocol in protocols
+        for name, value in vars(protocol).items()
+        if not name.startswith("_") and callable(value)
+    }
+    name = "ProxyBackend_" + "_".join(p.__name__ for p in protocols)
+    return type(name, (ProxyBackend,), methods)
 
 
 def install_proxy(store: Store[Any]) -> ProxyBackend:
     inner = store.backend
-    kind = ProxyBackend
-    if isinstance(inner, CatalogueBackend) and isinstance(inner, AdminBackend):
-        kind = CatalogueProxyBackend
-    elif isinstance(inner, AdminBackend):
-        kind = AdminProxyBackend
-    proxy = kind(inner)
+    proxy = proxy_class(inner)(inner)
     store._backend = proxy
     return proxy
 
