@@ -121,8 +121,15 @@ async def test_session_holds_plain_text_only(store: Store[Any], sid: str) -> Non
     session = store.session(sid)
     item: dict[str, Any] = {"role": "user", "content": "hi"}
     await session.add_items([item])
-    with pytest.raises(InvalidItemError):
+    with pytest.raises(InvalidItemError) as info:
         await session.add_items([{"role": "user", "content": heavy}])
+    # The error's traceback frames hold the item (as any exception's do) for as long as
+    # the error lives; drop them, so that what still holds it can only be the session.
+    error: BaseException | None = info.value
+    while error is not None:
+        error.__traceback__ = None
+        error = error.__cause__ or error.__context__
+    del info
     _, _, staged = session._staging.view()
     assert staged and all(type(text) is str for text in staged)
     del heavy
