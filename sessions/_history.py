@@ -15,7 +15,7 @@ response's ``approval_request_id``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -270,10 +270,11 @@ def first_valid_start(items: Sequence[Any]) -> int:
         start = cut + 1
 
 
-def _last_orphan(items: Sequence[Any], start: int) -> int | None:
-    """Position of the last output in ``items[start:]`` whose call is not before it there."""
-    last: int | None = None
-    calls: set[tuple[str, str]] = set()
+def _pairing(
+    items: Sequence[Any], start: int = 0
+) -> Iterator[tuple[int, bool, tuple[str, str] | None]]:
+    """``(index, is_call, (call type, call id))`` for each call and output in
+    ``items[start:]``; the key is ``None`` when the item names no call id."""
     for index in range(start, len(items)):
         item = items[index]
         if not isinstance(item, dict):
@@ -281,26 +282,28 @@ def _last_orphan(items: Sequence[Any], start: int) -> int | None:
         kind = _type(item)
         if kind in CALL_OUTPUT:
             key = _call_key(kind, item)
-            if key is not None:
-                calls.add((kind, key))
+            yield index, True, None if key is None else (kind, key)
         elif kind in _OUTPUT_CALL:
             key = _output_key(kind, item)
-            if key is None or (_OUTPUT_CALL[kind], key) not in calls:
-                last = index
+            yield index, False, None if key is None else (_OUTPUT_CALL[kind], key)
+
+
+def _last_orphan(items: Sequence[Any], start: int) -> int | None:
+    """Position of the last output in ``items[start:]`` whose call is not before it there."""
+    last: int | None = None
+    calls: set[tuple[str, str]] = set()
+    for index, is_call, key in _pairing(items, start):
+        if is_call:
+            if key is not None:
+                calls.add(key)
+        elif key is None or key not in calls:
+            last = index
     return last
 
 
 def calls_in(items: Sequence[Any]) -> set[tuple[str, str]]:
     """``(call type, call id)`` of every call in ``items``."""
-    found: set[tuple[str, str]] = set()
-    for item in items:
-        if isinstance(item, dict):
-            kind = _type(item)
-            if kind in CALL_OUTPUT:
-                key = _call_key(kind, item)
-                if key is not None:
-                    found.add((kind, key))
-    return found
+    return {key for _, is_call, key in _pairing(items) if is_call and key is not None}
 
 
 def answered_calls(items: Sequence[Any]) -> set[tuple[str, str]]:
@@ -308,18 +311,13 @@ def answered_calls(items: Sequence[Any]) -> set[tuple[str, str]]:
     ``items`` do not hold before them: what must be found earlier in the history."""
     seen: set[tuple[str, str]] = set()
     wanted: set[tuple[str, str]] = set()
-    for item in items:
-        if not isinstance(item, dict):
+    for _, is_call, key in _pairing(items):
+        if key is None:
             continue
-        kind = _type(item)
-        if kind in CALL_OUTPUT:
-            key = _call_key(kind, item)
-            if key is not None:
-                seen.add((kind, key))
-        elif kind in _OUTPUT_CALL:
-            key = _output_key(kind, item)
-            if key is not None and (_OUTPUT_CALL[kind], key) not in seen:
-                wanted.add((_OUTPUT_CALL[kind], key))
+        if is_call:
+            seen.add(key)
+        elif key not in seen:
+            wanted.add(key)
     return wanted
 
 
