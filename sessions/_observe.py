@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -93,18 +94,8 @@ async def observed_load(backend: Backend, session_id: str, limit: int | None) ->
     observer = HOOK.observer
     if observer is None:
         return await backend.load(session_id, limit)
-    op = Operation("load", system_of(backend))
-    observer.begin(op)
-    try:
-        rows = await backend.load(session_id, limit)
-    except BaseException as exc:
-        op.outcome, op.error_type = _failure(exc), type(exc).__name__
-        raise
-    else:
-        op.items = len(rows)
-        return rows
-    finally:
-        observer.end(op)
+    rows, _ = await _observed_read(observer, backend, _with_no_version(backend, session_id, limit))
+    return rows
 
 
 async def observed_load_versioned(
@@ -114,10 +105,23 @@ async def observed_load_versioned(
     observer = HOOK.observer
     if observer is None:
         return await backend.load_versioned(session_id, limit)
+    return await _observed_read(observer, backend, backend.load_versioned(session_id, limit))
+
+
+async def _with_no_version(
+    backend: Backend, session_id: str, limit: int | None
+) -> tuple[list[Row], int]:
+    return await backend.load(session_id, limit), 0
+
+
+async def _observed_read(
+    observer: Observer, backend: object, read: Awaitable[tuple[list[Row], int]]
+) -> tuple[list[Row], int]:
+    """Await ``read`` (rows and a version) as one ``load`` operation of ``observer``."""
     op = Operation("load", system_of(backend))
     observer.begin(op)
     try:
-        rows, version = await backend.load_versioned(session_id, limit)
+        rows, version = await read
     except BaseException as exc:
         op.outcome, op.error_type = _failure(exc), type(exc).__name__
         raise
