@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, Batch
@@ -60,6 +60,11 @@ class Outcome:
     """Why not everything is known to be applied."""
     attempts: int = 1
     """How many times the batches were sent."""
+    mark: int | None = None
+    """The store's write mark (:mod:`sessions._marks`) this apply ended with, if no other
+    write of the session through the store overlapped it."""
+    previous: int | None = None
+    """The session's write mark when this apply began."""
 
 
 def retry_advice(backend: Backend) -> str:
@@ -84,10 +89,17 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
     counts the commit as in flight meanwhile (its ``close()`` waits for it).
     """
     async with store.commit_slot("commit") as backend:
+        marks = store.write_marks
+        began = marks.begin(session_id)
         observer = HOOK.observer
-        if observer is None:
-            return await _apply_with_retries(backend, store.retry, session_id, batches)
-        return await _observed(observer, backend, store.retry, session_id, batches)
+        try:
+            if observer is None:
+                outcome = await _apply_with_retries(backend, store.retry, session_id, batches)
+            else:
+                outcome = await _observed(observer, backend, store.retry, session_id, batches)
+        finally:
+            mark = marks.end(session_id, began)
+        return replace(outcome, mark=mark, previous=began.previous)
 
 
 async def _observed(

@@ -4,8 +4,11 @@ Once for every backend: :meth:`sessions.BufferedSession.commit` hands its sealed
 batches to :func:`judge` before the commit path. What a commit adds is checked in the
 context of the stored history it depends on, and only as much of that as it needs:
 nothing is read when every output the batches add answers a call they add too (a
-whole turn in one transaction); otherwise the latest stored items are read, doubling,
-until the calls answered are found or the history is read whole.
+whole turn in one transaction), or a call at the end of the history that the session
+knows it committed itself (``known``: see :func:`tail_after` and :mod:`sessions._marks`;
+an autocommit session's tool output, committed after its call); otherwise the latest
+stored items are read, four times more each round, until the calls answered are found
+or the history is read whole.
 
 A commit is judged as the SDK resumes a run (``finished=False``): calls at the end
 of what it adds with nothing after them but calls, outputs and reasoning are pending
@@ -26,12 +29,14 @@ from ._observe import observed_load
 from ._policy import Integrity
 from .errors import InvalidHistoryError
 
-__all__ = ["judge"]
+__all__ = ["judge", "tail_after"]
 
 logger = logging.getLogger("sessions")
 
 #: How many stored items a commit reads first when it needs context.
 _FIRST_READ = 16
+#: How many of the items it committed last a session keeps (:func:`tail_after`).
+_KNOWN = 32
 
 
 def _decode(text: str) -> Any:
@@ -39,6 +44,13 @@ def _decode(text: str) -> Any:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def _decode_all(texts: Sequence[str]) -> list[Any]:
+    try:  # one decode for the lot
+        return list(json.loads(f"[{','.join(texts)}]"))
+    except ValueError:
+        return [_decode(text) for text in texts]
 
 
 class _Added:
@@ -57,24 +69,43 @@ class _Added:
             texts = batches[index].items
             self.owner += [index] * len(texts)
             self.texts += texts
-        try:  # one decode for the lot: staged texts are JSON objects (add_items checked)
-            self.items: list[Any] = json.loads(f"[{','.join(self.texts)}]")
-        except ValueError:
-            self.items = [_decode(text) for text in self.texts]
+        self.items = _decode_all(self.texts)  # staged texts are JSON objects (add_items checked)
 
 
-async def _context(backend: Backend, session_id: str, added: _Added) -> list[Any]:
+def tail_after(known: Sequence[str] | None, batches: Sequence[Batch]) -> tuple[str, ...] | None:
+    """The last items of the history once ``batches`` are applied (at most ``_KNOWN``),
+    given ``known``, the last items before them (``None``: not known; then what the
+    batches append, itself the end of the history). ``None`` if a batch changes the
+    history otherwise than by appending (pops, a rewind)."""
+    texts = list(known or ())
+    for batch in batches:
+        if batch.pops or batch.rewind is not None:
+            return None
+        if batch.clear:
+            texts = []
+        texts += batch.items
+    return tuple(texts[-_KNOWN:])
+
+
+async def _context(
+    backend: Backend, session_id: str, added: _Added, known: Sequence[str] | None
+) -> list[Any]:
     """The stored items (oldest first) the added items need: enough of the end of the
-    history to hold every call the added outputs answer, ``[]`` if none is needed."""
+    history to hold every call the added outputs answer, ``[]`` if none is needed.
+    ``known``: the end of the stored history, if the session knows it."""
     if added.cleared:
         return []
     wanted = answered_calls(added.items)
     if not wanted:
         return []
+    if known is not None and not added.pops:
+        items = _decode_all(known)
+        if not wanted - calls_in(items):
+            return items
     fetch = _FIRST_READ + len(wanted) + len(added.pops)
     while True:
         rows = await observed_load(backend, session_id, fetch)
-        items = [_decode(text) for key, text in rows if key not in added.pops]
+        items = _decode_all([text for key, text in rows if key not in added.pops])
         if len(rows) < fetch or not wanted - calls_in(items):
             return items
         fetch *= 4
@@ -99,9 +130,14 @@ def _message(session_id: str, defects: Sequence[Defect], items: Sequence[Any]) -
 
 
 async def judge(
-    backend: Backend, session_id: str, batches: Sequence[Batch], mode: Integrity
+    backend: Backend,
+    session_id: str,
+    batches: Sequence[Batch],
+    mode: Integrity,
+    known: Sequence[str] | None = None,
 ) -> list[Batch]:
-    """The batches to apply under ``mode``.
+    """The batches to apply under ``mode``; ``known``: the last items of the stored
+    history, if the session knows them (what it committed itself, nothing written since).
 
     ``"off"``: as given. ``"reject"``: as given if they keep the rules, else
     :class:`~sessions.errors.InvalidHistoryError`. ``"quarantine"``: the offending
@@ -114,7 +150,7 @@ async def judge(
     defects = check_history(added.items, finished=False)
     if any(defect.kind == "orphan_output" for defect in defects):
         # Its call may be stored: judge again with as much of the history as it needs.
-        context = await _context(backend, session_id, added)
+        context = await _context(backend, session_id, added, known)
         defects = _defects(context, added.items)
     if not defects:
         return list(batches)

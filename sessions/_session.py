@@ -36,7 +36,7 @@ from ._catalogue import KEEP, info_change
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
 from ._history import first_valid_start
-from ._integrity import judge
+from ._integrity import judge, tail_after
 from ._locks import CrossLoopLock
 from ._observe import observed_load, observed_load_versioned
 from ._owned import OwnedStores
@@ -183,6 +183,11 @@ class BufferedSession(AsyncResource):
         self._lock = CrossLoopLock()
         self._token = object()
         self._version: int | None = None
+        # The end of the stored history as this session's last commit left it, and the
+        # store's write mark that commit ended with (sessions._marks): valid while the
+        # session's mark is still that one.
+        self._known: tuple[str, ...] | None = None
+        self._known_mark: int | None = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -1085,8 +1090,10 @@ class BufferedSession(AsyncResource):
         if not batches:
             return
         self._version = None
+        known = self._known_tail(store)
+        self._known = None
         try:
-            batches = await judge(store.backend, self.session_id, batches, self.integrity)
+            batches = await judge(store.backend, self.session_id, batches, self.integrity, known)
         except BaseException as exc:
             self._staging.failed(known=True, unknown=doubtful)  # nothing was sent
             if isinstance(exc, StorageError):
@@ -1110,6 +1117,16 @@ class BufferedSession(AsyncResource):
             raise outcome.error
         if expected_version is not None:
             self._version = expected_version + len(batches)
+        if outcome.mark is not None and self.integrity != "off" and store.backend.idempotent:
+            before = known if outcome.previous == self._known_mark else None
+            self._known, self._known_mark = tail_after(before, batches), outcome.mark
+
+    def _known_tail(self, store: Store[Any]) -> tuple[str, ...] | None:
+        """The end of the stored history, if this session's last commit left it and
+        nothing wrote to the session through ``store`` since."""
+        if self._known is None or store.write_marks.current(self.session_id) != self._known_mark:
+            return None
+        return self._known
 
     async def _settle_before_judging(self) -> None:
         """Judge no batch that may already be stored (a resent batch in doubt): ask the

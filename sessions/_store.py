@@ -18,6 +18,7 @@ from ._backend import (
     TurnUsage,
 )
 from ._catalogue import session_filter, validate_ttl, validate_user_id
+from ._marks import WriteMarks
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
     DEFAULT_INTEGRITY,
@@ -105,6 +106,8 @@ class Store(AsyncResource, Generic[S]):
         self._integrity = validate_integrity(integrity)
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
+        self.write_marks = WriteMarks()
+        """The writes of each session through this store (:mod:`sessions._marks`)."""
 
     @property
     def backend(self) -> Backend:
@@ -263,7 +266,10 @@ class Store(AsyncResource, Generic[S]):
         makes a new session, without a user unless it sets one).
         """
         validate_user_id(user_id)
-        return await self._catalogue("delete_user").delete_user(user_id)
+        try:
+            return await self._catalogue("delete_user").delete_user(user_id)
+        finally:
+            self.write_marks.forget()
 
     async def iter_sessions(self, *, page_size: int = 500) -> AsyncIterator[SessionInfo]:
         """Every session, ordered by id, fetched a page at a time."""
@@ -302,7 +308,10 @@ class Store(AsyncResource, Generic[S]):
         """Delete one session's history, quarantine and metadata; ``False`` if it did
         not exist."""
         validate_session_id(session_id)
-        return await self._admin("delete_session").delete_session(session_id)
+        try:
+            return await self._admin("delete_session").delete_session(session_id)
+        finally:
+            self.write_marks.forget(session_id)
 
     async def read_quarantine(self, session_id: str) -> list[QuarantineEntry]:
         """The items kept out of a session's history (``integrity="quarantine"``,
@@ -329,9 +338,20 @@ class Store(AsyncResource, Generic[S]):
         """
         if older_than is None:
             validate_positive_int(page_size, "page_size")
-            return await self._purge_expired(dry_run, page_size)
-        _check_age(older_than, "older_than")
-        validate_positive_int(page_size, "page_size")
+        else:
+            _check_age(older_than, "older_than")
+            validate_positive_int(page_size, "page_size")
+        try:
+            if older_than is None:
+                return await self._purge_expired(dry_run, page_size)
+            return await self._purge_stale(older_than, dry_run, page_size)
+        finally:
+            if not dry_run:
+                self.write_marks.forget()
+
+    async def _purge_stale(
+        self, older_than: timedelta, dry_run: bool, page_size: int
+    ) -> list[SessionInfo]:
         admin = self._admin("purge")
         cutoff = datetime.now(timezone.utc) - older_than
         gone: list[SessionInfo] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -122,6 +123,73 @@ async def test_an_output_committed_after_its_call_in_an_earlier_commit_is_accept
         await session.add_items([output("function_call_output", f"x{i}")])
     await session.add_items([output("function_call_output", "c1"), assistant()])
     assert len(await session.get_items()) == 84
+
+
+def _count_loads(store: Store[Any], monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The ``limit`` of every history read the store's backend serves from now on (the
+    real read still runs)."""
+    limits: list[int] = []
+    load = store.backend.load
+
+    async def counted(session_id: str, limit: int | None) -> Any:
+        limits.append(-1 if limit is None else limit)
+        return await load(session_id, limit)
+
+    monkeypatch.setattr(store.backend, "load", counted)
+    return limits
+
+
+async def test_an_autocommit_output_after_the_sessions_own_call_reads_no_history(
+    target: Target, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK's autocommit order (input; call; output and answer): the session knows the
+    call it committed itself, so the output's commit is judged without a read. A second
+    session object, which did not commit the call, reads the tail to find it."""
+    store = await target.open(integrity="reject")
+    session = store.session(sid, autocommit=True)
+    await session.add_items([user()])
+    await session.add_items([call("function_call", "c1")])
+    reads = _count_loads(store, monkeypatch)
+    await session.add_items([output("function_call_output", "c1"), assistant()])
+    assert reads == []
+    await session.add_items([call("function_call", "c2")])
+    other = store.session(sid, autocommit=True)
+    await other.add_items([output("function_call_output", "c2")])
+    assert len(reads) == 1
+    assert len(await session.get_items()) == 6
+
+
+async def test_a_call_popped_by_another_session_object_is_not_trusted_from_memory(
+    target: Target, sid: str
+) -> None:
+    store = await target.open(integrity="reject")
+    session = store.session(sid, autocommit=True)
+    await session.add_items([user(), call("function_call", "c1")])
+    assert (await store.session(sid, autocommit=True).pop_item())["type"] == "function_call"
+    with pytest.raises(InvalidHistoryError, match="orphan_output"):
+        await session.add_items([output("function_call_output", "c1")])
+    await session.rollback()
+    assert await session.get_items() == [user()]
+
+
+@pytest.mark.parametrize("erase", ["delete_session", "delete_user", "purge"])
+async def test_a_call_erased_by_an_admin_write_is_not_trusted_from_memory(
+    target: Target, sid: str, erase: str
+) -> None:
+    store = await target.open(integrity="reject")
+    session = store.session(sid, autocommit=True)
+    session.set_info(user_id=f"u-{sid}")
+    await session.add_items([user(), call("function_call", "c1")])
+    if erase == "delete_session":
+        assert await store.delete_session(sid)
+    elif erase == "delete_user":
+        assert await store.delete_user(f"u-{sid}") == [sid]
+    else:
+        assert sid in [info.session_id for info in await store.purge(timedelta(0))]
+    with pytest.raises(InvalidHistoryError, match="orphan_output"):
+        await session.add_items([output("function_call_output", "c1")])
+    await session.rollback()
+    assert await session.get_items() == []
 
 
 async def test_a_pending_call_at_the_end_of_a_commit_is_accepted(target: Target, sid: str) -> None:
