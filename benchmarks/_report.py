@@ -229,7 +229,8 @@ COMPARES = {
         "Each call makes one turn (4 items) durable: one transaction and one WAL flush "
         "(SQLite: an fsync of the WAL; PostgreSQL: a WAL flush) per turn, for every "
         "subject. Ours and the floors marked *our rows* write the same rows: a batch-id "
-        "record, the session row (which hands out the order) and 4 item rows. Floors "
+        "record, the session row (which hands out the order and counts versions), a turn "
+        "record and 4 item rows. Floors "
         "marked *item rows only* write 4 rows into one table with one index. The SDK's "
         "sessions write their own session row and 4 message rows."
     ),

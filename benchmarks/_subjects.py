@@ -747,17 +747,21 @@ class RawAsyncpg(Subject):
 #
 # Hand-written SQL that writes exactly the rows our commit writes, into tables that our
 # own store created (so the same columns, keys and indexes): the batch-id record, the
-# session row (which hands out the contiguous order), the items. One transaction per
+# session row (which hands out the contiguous order and counts the session's version),
+# the turn record (the items' range, docs/turns.md), the items. One transaction per
 # commit, nothing else: no staging, no retry, no shielding, no validation.
 
 _SAME_RECORD = (
     "INSERT OR IGNORE INTO txs_batches (session_id, batch_id, committed_at) VALUES (?, ?, ?)"
 )
 _SAME_BUMP = (
-    "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
-    "VALUES (?1, ?2, ?2, ?3, ?3 + 1) ON CONFLICT (session_id) DO UPDATE SET "
-    "updated_at = max(updated_at, ?2), item_count = item_count + ?3, next_seq = next_seq + ?3 "
-    "RETURNING next_seq - ?3"
+    "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq, "
+    "version) VALUES (?1, ?2, ?2, ?3, ?3 + 1, 1) ON CONFLICT (session_id) DO UPDATE SET "
+    "updated_at = max(updated_at, ?2), item_count = item_count + ?3, next_seq = next_seq + ?3, "
+    "version = version + 1 RETURNING next_seq - ?3"
+)
+_SAME_TURN = (
+    "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at) VALUES (?, ?, ?, ?)"
 )
 _SAME_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
 _SAME_TAIL = "SELECT data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
@@ -774,6 +778,7 @@ def _same_work_sqlite(conn: sqlite3.Connection, sid: str, texts: list[str]) -> N
         conn.executemany(
             _SAME_INSERT, [(sid, base + i, batch_id, text) for i, text in enumerate(texts)]
         )
+        conn.execute(_SAME_TURN, (sid, base, base + len(texts) - 1, now))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -833,13 +838,18 @@ WITH b AS (
     ON CONFLICT DO NOTHING
     RETURNING batch_id
 ), s AS (
-    INSERT INTO same_sessions AS t (session_id, created_at, updated_at, item_count, next_seq)
-    SELECT $1, now(), now(), $4::bigint, $4::bigint + 1 FROM b
+    INSERT INTO same_sessions AS t (session_id, created_at, updated_at, item_count, next_seq,
+                                    version)
+    SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1 FROM b
     ON CONFLICT (session_id) DO UPDATE SET
         updated_at = GREATEST(t.updated_at, excluded.updated_at),
         item_count = t.item_count + excluded.item_count,
-        next_seq = t.next_seq + excluded.item_count
+        next_seq = t.next_seq + excluded.item_count,
+        version = t.version + 1
     RETURNING t.next_seq - $4::bigint AS base
+), r AS (
+    INSERT INTO same_turns (session_id, first_seq, last_seq, created_at)
+    SELECT $1, s.base, s.base + $4::bigint - 1, now() FROM s
 )
 INSERT INTO same_items (session_id, seq, batch_id, data)
 SELECT $1, s.base + u.ord - 1, $2, u.data
@@ -849,7 +859,7 @@ FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
 
 class RawAsyncpgSame(RawAsyncpg):
     """Plain ``asyncpg`` writing our rows in one statement per commit (data-modifying
-    CTEs: batch record, session row, items), into tables our store created with the
+    CTEs: batch record, session row, turn record, items), into tables our store created with the
     prefix ``same_``: the one-statement floor of the same work."""
 
     key = "raw_asyncpg_same"

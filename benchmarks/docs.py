@@ -142,7 +142,7 @@ def summary(results: Result) -> str:
     rows = [
         [
             "commit per turn, one session, vs a floor writing our rows (batch record, "
-            "session row, items) in one transaction",
+            "session row, turn record, items) in one transaction",
             f"{vs(a, 'sqlite', 'raw_aiosqlite_1hop_same')} the one-thread-hop aiosqlite floor "
             "(the limit for a design that keeps the event loop free); "
             f"{vs(a, 'sqlite', 'raw_sqlite3_same')} raw `sqlite3` blocking the event loop",

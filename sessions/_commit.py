@@ -16,7 +16,7 @@ import asyncio
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, Batch
@@ -99,7 +99,7 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
                 outcome = await _observed(observer, backend, store.retry, session_id, batches)
         finally:
             mark = marks.end(session_id, began)
-        return replace(outcome, mark=mark, previous=began.previous)
+        return Outcome(outcome.applied, outcome.error, outcome.attempts, mark, began.previous)
 
 
 async def _observed(
