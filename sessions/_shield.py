@@ -38,18 +38,38 @@ class DeadlineExceeded(Exception):
 
 
 async def _wait(task: asyncio.Future[T], until: float | None) -> asyncio.CancelledError | None:
-    """Wait for ``task`` until loop time ``until``; the caller's first cancellation, if any."""
+    """Wait for ``task`` until loop time ``until``; the caller's first cancellation, if any.
+
+    One future and one timer per wait, nothing else (``asyncio.wait`` makes sets and
+    more callbacks): this runs for every commit."""
     loop = asyncio.get_running_loop()
     cancelled: asyncio.CancelledError | None = None
-    while not task.done():
-        remaining = None if until is None else until - loop.time()
-        if remaining is not None and remaining <= 0:
+    expired = False
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        wake()
+
+    while not task.done() and not expired:
+        if until is not None and until <= loop.time():
             break
+        waiter = loop.create_future()
+        task.add_done_callback(wake)
+        timer = None if until is None else loop.call_at(until, expire)
         try:
-            await asyncio.wait((task,), timeout=remaining)
+            await waiter
         except asyncio.CancelledError as exc:
             if cancelled is None:
                 cancelled = exc
+        finally:
+            task.remove_done_callback(wake)
+            if timer is not None:
+                timer.cancel()
     return cancelled
 
 
