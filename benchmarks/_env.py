@@ -42,7 +42,7 @@ def _cpu() -> dict[str, Any]:
         if line.startswith("flags") and " hypervisor" in line:
             hypervisor = True
     try:
-        usable = len(os.sched_getaffinity(0))
+        usable: int | None = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count()
     return {

@@ -264,7 +264,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _kind(entry: Result) -> str:
-    return KIND.get((entry.get("kind", ""), entry.get("work", "")), entry.get("kind", ""))
+    kind = str(entry.get("kind", ""))
+    return KIND.get((kind, str(entry.get("work", ""))), kind)
 
 
 def _disk_text(disk: Any) -> str:

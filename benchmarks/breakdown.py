@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -120,6 +121,7 @@ async def _sqlite_steps(
     import aiosqlite
 
     from sessions import SQLiteStore
+    from sessions.sqlite import SQLiteBackend
 
     steps: dict[str, Step] = {}
     for sync in ("FULL", "OFF"):
@@ -144,7 +146,7 @@ async def _sqlite_steps(
     stack.append(hop.close)
 
     async def hop_step(items: list[dict[str, Any]]) -> None:
-        await hop._execute(_nothing)
+        await hop._execute(_nothing)  # type: ignore[no-untyped-call]
 
     steps["thread_hop"] = hop_step
 
@@ -156,24 +158,22 @@ async def _sqlite_steps(
     stack.append(hop_same.close)
 
     async def hop_same_step(items: list[dict[str, Any]]) -> None:
-        await hop_same._execute(_same_work_sqlite, hop_same._conn, "b", _dumps(items))
+        await hop_same._execute(  # type: ignore[no-untyped-call]
+            _same_work_sqlite, hop_same._conn, "b", _dumps(items)
+        )
 
     steps["aiosqlite_1hop_same_full"] = hop_same_step
 
     ours = await SQLiteStore.open(os.path.join(directory, "ours.db"))
     stack.append(ours.close)
-    session = ours.session("b")
 
     async def our_hop_step(items: list[dict[str, Any]]) -> None:
-        await ours.backend.run(_nothing_on)
+        backend = ours.backend
+        assert isinstance(backend, SQLiteBackend)
+        await backend.run(_nothing_on)
 
     steps["our_worker_hop"] = our_hop_step
-
-    async def ours_step(items: list[dict[str, Any]]) -> None:
-        await session.add_items(items)
-        await session.commit()
-
-    steps["ours_sqlite"] = ours_step
+    steps.update(_our_steps(ours, "ours_sqlite"))
     return steps
 
 
@@ -278,14 +278,36 @@ async def _pg_steps(
 
     ours = await PostgresStore.open(dsn, schema=schema, min_size=1, max_size=2)
     stack.append(ours.close)
-    session = ours.session("b")
+    steps.update(_our_steps(ours, "ours_pg"))
+    return steps
+
+
+def _our_steps(store: Any, name: str) -> dict[str, Step]:
+    """Our store three ways: its backend's ``apply`` of a prepared batch (no core), a
+    session with ``integrity="off"``, and a session with the default."""
+    from sessions._backend import Batch, TurnRecord
+
+    backend = store.backend
+    session = store.session("b")
+    unchecked = store.session("u", integrity="off")
+
+    async def apply_step(items: list[dict[str, Any]]) -> None:
+        batch = Batch(uuid.uuid4().hex, False, (), tuple(_dumps(items)), turn=TurnRecord())
+        await backend.apply("a", [batch])
+
+    async def off_step(items: list[dict[str, Any]]) -> None:
+        await unchecked.add_items(items)
+        await unchecked.commit()
 
     async def ours_step(items: list[dict[str, Any]]) -> None:
         await session.add_items(items)
         await session.commit()
 
-    steps["ours_pg"] = ours_step
-    return steps
+    return {
+        f"{name}_backend_apply": apply_step,
+        f"{name}_integrity_off": off_step,
+        name: ours_step,
+    }
 
 
 # ----------------------------------------------------------------------------- run
@@ -310,6 +332,12 @@ SQLITE_TABLE = (
         "of which add_items (validation, JSON encoding, staging; then rollback)",
     ),
     ("ours_sqlite", "= ours: SQLiteStore session, add_items + commit"),
+    ("ours_sqlite_backend_apply", "ours without the core: the backend's apply() of one batch"),
+    (
+        "ours_sqlite_backend_apply - aiosqlite_1hop_same_full",
+        "of which beyond the floor (our worker, group commit, batch-id check)",
+    ),
+    ("ours_sqlite - ours_sqlite_integrity_off", "of ours, the integrity check (default vs off)"),
 )
 POSTGRES_TABLE = (
     ("asyncpg_select_1", "one round trip: SELECT 1 on a pooled connection"),
@@ -323,6 +351,12 @@ POSTGRES_TABLE = (
     ("asyncpg_same_on", "= floor: our rows, one statement (durable)"),
     ("core_noop_backend", "+ the core: add_items + commit over a backend that stores nothing"),
     ("ours_pg", "= ours: PostgresStore session, add_items + commit"),
+    ("ours_pg_backend_apply", "ours without the core: the backend's apply() of one batch"),
+    (
+        "ours_pg_backend_apply - asyncpg_same_on",
+        "of which beyond the floor (pool, group commit, outcome handling)",
+    ),
+    ("ours_pg - ours_pg_integrity_off", "of ours, the integrity check (default vs off)"),
 )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import random
@@ -169,7 +170,7 @@ async def _backend(kind: str, args: argparse.Namespace, progress: Callable[[str]
                 store = await open_store(f"{args.dsn}?schema={schema}")
                 await _load_postgres(args.dsn, schema, rows)
                 stores[name] = store
-                cleanup.append(lambda schema=schema: _drop(args.dsn, schema))
+                cleanup.append(functools.partial(_drop, args.dsn, schema))
             load_s[name] = time.perf_counter() - start
         rng = random.Random(5)
         rounds: dict[str, list[dict[str, float]]] = {name: [] for name in sizes}
