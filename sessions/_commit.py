@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._backend import Backend, Batch
+from ._marks import Held
 from ._observe import HOOK, Observer, Operation, system_of
 from ._policy import BULK_NAMESPACES, DEFAULT_COMMIT_TIMEOUT, RetryPolicy
 from ._shield import DeadlineExceeded, shielded
@@ -60,7 +61,7 @@ class Outcome:
     """Why not everything is known to be applied."""
     attempts: int = 1
     """How many times the batches were sent."""
-    mark: int | None = None
+    mark: Held | None = None
     """The store's write mark (:mod:`sessions._marks`) this apply ended with, if no other
     write of the session through the store overlapped it."""
     previous: int | None = None
@@ -98,7 +99,7 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
             else:
                 outcome = await _observed(observer, backend, store.retry, session_id, batches)
         finally:
-            mark = marks.end(session_id, began)
+            mark = marks.end(began)
         return Outcome(outcome.applied, outcome.error, outcome.attempts, mark, began.previous)
 
 

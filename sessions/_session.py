@@ -38,6 +38,7 @@ from ._compaction import Ident, plan_replacement, read_window
 from ._history import first_valid_start
 from ._integrity import judge, tail_after
 from ._locks import CrossLoopLock
+from ._marks import Held
 from ._observe import observed_load, observed_load_versioned
 from ._owned import OwnedStores
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, validate_integrity
@@ -187,7 +188,7 @@ class BufferedSession(AsyncResource):
         # store's write mark that commit ended with (sessions._marks): valid while the
         # session's mark is still that one.
         self._known: tuple[str, ...] | None = None
-        self._known_mark: int | None = None
+        self._known_mark: Held | None = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -1090,7 +1091,7 @@ class BufferedSession(AsyncResource):
         if not batches:
             return
         self._version = None
-        known = self._known_tail(store)
+        known = self._known_tail()
         self._known = None
         try:
             batches = await judge(store.backend, self.session_id, batches, self.integrity, known)
@@ -1117,14 +1118,20 @@ class BufferedSession(AsyncResource):
             raise outcome.error
         if expected_version is not None:
             self._version = expected_version + len(batches)
-        if outcome.mark is not None and self.integrity != "off" and store.backend.idempotent:
-            before = known if outcome.previous == self._known_mark else None
-            self._known, self._known_mark = tail_after(before, batches), outcome.mark
+        held = outcome.mark
+        if held is not None and self.integrity != "off" and store.backend.idempotent:
+            mine = self._known_mark
+            ran_after_mine = (
+                mine is not None and mine.cell is held.cell and outcome.previous == mine.mark
+            )
+            before = known if ran_after_mine else None
+            self._known, self._known_mark = tail_after(before, batches), held
 
-    def _known_tail(self, store: Store[Any]) -> tuple[str, ...] | None:
+    def _known_tail(self) -> tuple[str, ...] | None:
         """The end of the stored history, if this session's last commit left it and
-        nothing wrote to the session through ``store`` since."""
-        if self._known is None or store.write_marks.current(self.session_id) != self._known_mark:
+        nothing wrote to the session through its store since."""
+        mark = self._known_mark
+        if self._known is None or mark is None or not mark.valid:
             return None
         return self._known
 
