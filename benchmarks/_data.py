@@ -106,3 +106,10 @@ def item_bytes() -> float:
     """Mean JSON size of one item, for the report."""
     turn = make_turn(1)
     return sum(len(json.dumps(item)) for item in turn) / len(turn)
+
+
+#: What the same-work floors (``_subjects``) write per commit, recorded in each run's
+#: results; runs made before the turn record was added to them recorded nothing, and
+#: wrote ``SAME_WORK_ROWS_BEFORE``.
+SAME_WORK_ROWS = ("batch record", "session row", "turn record", "items")
+SAME_WORK_ROWS_BEFORE = ("batch record", "session row", "items")

@@ -15,7 +15,7 @@ from typing import Any
 
 from . import _env, _report, _workloads, breakdown
 from ._config import Config
-from ._data import item_bytes
+from ._data import SAME_WORK_ROWS, item_bytes
 from ._subjects import Subject, pg_schema, postgres_subjects, sqlite_subjects
 
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
@@ -196,6 +196,7 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
             "machine": _env.machine(),
             "item_bytes": item_bytes(),
             "pool": cfg.pool,
+            "same_work_rows": list(SAME_WORK_ROWS),
             "config": {k: v for k, v in vars(cfg).items() if k != "rounds_note"},
             "notes": [],
         },

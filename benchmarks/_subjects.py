@@ -744,6 +744,8 @@ class RawAsyncpg(Subject):
 
 
 # ----------------------------------------------------------------------------- same-work floors
+
+# What they write is recorded in each run's results: _data.SAME_WORK_ROWS.
 #
 # Hand-written SQL that writes exactly the rows our commit writes, into tables that our
 # own store created (so the same columns, keys and indexes): the batch-id record, the

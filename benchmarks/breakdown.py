@@ -321,7 +321,7 @@ SQLITE_TABLE = (
     ),
     (
         "sqlite3_same_full - sqlite3_bare_full",
-        "+ our rows instead of item rows only (batch record, session row, turn record)",
+        "+ our rows instead of item rows only (what the same-work floors write)",
     ),
     ("thread_hop", "+ one thread hop: a no-op call on aiosqlite's worker thread"),
     ("our_worker_hop", "(a no-op call on our SQLite store's own worker thread)"),

@@ -141,8 +141,8 @@ def summary(results: Result) -> str:
     a, b = "commit_per_turn", "buffered_run"
     rows = [
         [
-            "commit per turn, one session, vs a floor writing our rows (batch record, "
-            "session row, turn record, items) in one transaction",
+            "commit per turn, one session, vs a floor writing our rows "
+            f"({_report.same_work_rows(results).replace(' and ', ', ')}) in one transaction",
             f"{vs(a, 'sqlite', 'raw_aiosqlite_1hop_same')} the one-thread-hop aiosqlite floor "
             "(the limit for a design that keeps the event loop free); "
             f"{vs(a, 'sqlite', 'raw_sqlite3_same')} raw `sqlite3` blocking the event loop",
