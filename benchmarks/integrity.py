@@ -170,8 +170,12 @@ async def _backend(kind: str, directory: str, dsn: str | None, quick: bool) -> d
 
 
 def _markdown(report: dict[str, Any]) -> str:
+    from ._report import source_line
+
     lines = [
         '# Integrity check: commit throughput, `integrity="off"` vs the default',
+        "",
+        f"{source_line(report)} Command: `python -m benchmarks.integrity`.",
         "",
         f"{report['machine']['date']}, {report['machine']['cpu']}, "
         f"load at start {report['machine']['loadavg_start']}, at end {report['loadavg_end']}"
@@ -200,7 +204,12 @@ def _markdown(report: dict[str, Any]) -> str:
 
 
 async def _measure(backends: Sequence[str], dsn: str, quick: bool) -> dict[str, Any]:
-    report: dict[str, Any] = {"machine": _env.machine(), "quick": quick, "results": {}}
+    report: dict[str, Any] = {
+        "machine": _env.machine(),
+        "source": _env.source(),
+        "quick": quick,
+        "results": {},
+    }
     with tempfile.TemporaryDirectory() as directory:
         for kind in backends:
             report["results"][kind] = await _backend(kind, directory, dsn, quick)
