@@ -174,8 +174,19 @@ async def r_restart(db: Db, rng: random.Random, left: float, want: int | None) -
             b += 1
         await s.close()
 
+    async def until(count: int, at_least: float) -> None:
+        """Let the writers go on for ``at_least`` seconds and until ``count`` commits
+        (bounded: two minutes, or a writer that stopped)."""
+        floor = time.monotonic() + at_least
+        for _ in range(int(max(at_least, 120.0) / 0.05)):
+            enough = ledger.count() >= count or any(task.done() for task in tasks)
+            if enough and time.monotonic() >= floor:
+                return
+            await asyncio.sleep(0.05)
+
+    # ``want`` (--full): the restart lands halfway through that many commits.
     tasks = [asyncio.ensure_future(writer(w)) for w in range(4)]
-    await asyncio.sleep(1.0)
+    await until((want or 0) // 2, 1.0)
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
         "pg_ctlcluster",
@@ -188,7 +199,7 @@ async def r_restart(db: Db, rng: random.Random, left: float, want: int | None) -
     )
     out, err = await proc.communicate()
     restart_seconds = time.monotonic() - started
-    await asyncio.sleep(2.0)
+    await until(want or 0, 2.0)
     stop.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     problems = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
@@ -281,7 +292,7 @@ SCENARIOS: dict[str, Scenario] = {
         "4 writers commit while the PostgreSQL server restarts",
         r_restart,
         0.5,
-        {"postgres": 1},
+        {"postgres": 7_464},
         once=True,
     ),
 }
