@@ -187,8 +187,7 @@ class BufferedSession(AsyncResource):
         # The end of the stored history as this session's last commit left it, and the
         # store's write mark that commit ended with (sessions._marks): valid while the
         # session's mark is still that one.
-        self._known: tuple[str, ...] | None = None
-        self._known_mark: Held | None = None
+        self._known: tuple[Held, tuple[str, ...]] | None = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -1120,20 +1119,19 @@ class BufferedSession(AsyncResource):
             self._version = expected_version + len(batches)
         held = outcome.mark
         if held is not None and self.integrity != "off" and store.backend.idempotent:
-            mine = self._known_mark
+            mine = None if self._known is None else self._known[0]
             ran_after_mine = (
                 mine is not None and mine.cell is held.cell and outcome.previous == mine.mark
             )
-            before = known if ran_after_mine else None
-            self._known, self._known_mark = tail_after(before, batches), held
+            tail = tail_after(known if ran_after_mine else None, batches)
+            self._known = None if tail is None else (held, tail)
 
     def _known_tail(self) -> tuple[str, ...] | None:
         """The end of the stored history, if this session's last commit left it and
         nothing wrote to the session through its store since."""
-        mark = self._known_mark
-        if self._known is None or mark is None or not mark.valid:
+        if self._known is None or not self._known[0].valid:
             return None
-        return self._known
+        return self._known[1]
 
     async def _settle_before_judging(self) -> None:
         """Judge no batch that may already be stored (a resent batch in doubt): ask the

@@ -336,11 +336,9 @@ class Store(AsyncResource, Generic[S]):
         and deletes each in a transaction of its own that checks again that it is
         still stale: a session written to after it was listed is kept.
         """
-        if older_than is None:
-            validate_positive_int(page_size, "page_size")
-        else:
+        if older_than is not None:
             _check_age(older_than, "older_than")
-            validate_positive_int(page_size, "page_size")
+        validate_positive_int(page_size, "page_size")
         try:
             if older_than is None:
                 return await self._purge_expired(dry_run, page_size)
