@@ -226,6 +226,12 @@ class Batch:
     info: InfoChange | None = None
     expect_version: int | None = None
     quarantine: tuple[tuple[str, str], ...] = ()
+    shapes: tuple[dict[str, Any] | None, ...] | None = field(
+        default=None, compare=False, repr=False
+    )
+    """The core's own, backends ignore it: for each of ``items``, the fields the history
+    rules read (:func:`sessions._history.shape_of`, taken when it was staged; ``None``
+    where the text must be decoded), or ``None`` for the whole batch."""
 
     @property
     def plain(self) -> bool:

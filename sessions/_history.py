@@ -23,6 +23,7 @@ __all__ = [
     "CALL_OUTPUT",
     "RULES",
     "Defect",
+    "Shape",
     "answered_calls",
     "calls_in",
     "check_history",
@@ -30,6 +31,7 @@ __all__ = [
     "item_label",
     "offenders",
     "pairing_kept",
+    "shape_of",
 ]
 
 #: Each call type and the type of the output that answers it.
@@ -100,6 +102,32 @@ class Defect:
     """The call id concerned (``None`` when the rule is not about a pair)."""
     message: str
     """Names the item's type and call id; never shows the item's text."""
+
+
+#: What the rules read of a staged item (:func:`shape_of`; ``None``: decode its text).
+Shape = dict[str, Any] | None
+
+#: The only fields of an item the rules read.
+_FIELDS = ("type", "role", "id", "call_id", "approval_request_id")
+#: Value types the rules judge the same before and after a JSON round trip (a ``str``
+#: stays equal; anything else is "not a string" either way).
+_PLAIN = frozenset({str, int, float, bool, list, tuple, dict})
+
+
+def shape_of(item: dict[str, Any]) -> Shape:
+    """What the rules read of a staged item (a ``dict`` with string keys), taken
+    before it is encoded: a small dict the rules judge exactly as the stored item.
+    ``None`` when that is not certain (a field holds an instance of a subclass, whose
+    comparisons may differ from what JSON stores): decode the text then.
+    """
+    shape = {}
+    for name in _FIELDS:
+        if name in item:
+            value = item[name]
+            if value is not None and type(value) not in _PLAIN:
+                return None
+            shape[name] = value
+    return shape
 
 
 def item_label(item: Any) -> str:

@@ -53,8 +53,28 @@ def _decode_all(texts: Sequence[str]) -> list[Any]:
         return [_decode(text) for text in texts]
 
 
+def _shapes(batch: Batch, last: int | None = None) -> list[Any]:
+    """What the rules read of the batch's items (of its ``last`` ones): the shapes taken
+    when they were staged (:func:`sessions._history.shape_of`), decoded text where
+    there is none. Staged texts are JSON objects (``add_items`` checked)."""
+    texts: Sequence[str] = batch.items
+    shapes = batch.shapes
+    if shapes is not None and len(shapes) != len(texts):
+        shapes = None
+    if last is not None and len(texts) > last:
+        texts = texts[-last:]
+        shapes = None if shapes is None else shapes[-last:]
+    if shapes is None:
+        return _decode_all(texts)
+    if None not in shapes:
+        return list(shapes)
+    pairs = zip(shapes, texts, strict=True)
+    return [_decode(text) if shape is None else shape for shape, text in pairs]
+
+
 class _Added:
-    """The items the batches add after their last clear, decoded, with their batch."""
+    """What the rules read of the items the batches add after their last clear, with
+    their texts and their batch."""
 
     def __init__(self, batches: Sequence[Batch]) -> None:
         start = 0
@@ -65,30 +85,32 @@ class _Added:
         self.pops = {key for batch in batches for key in batch.pops}
         self.owner: list[int] = []  # batch index of each item
         self.texts: list[str] = []
+        self.items: list[Any] = []
         for index in range(start, len(batches)):
-            texts = batches[index].items
-            self.owner += [index] * len(texts)
-            self.texts += texts
-        self.items = _decode_all(self.texts)  # staged texts are JSON objects (add_items checked)
+            batch = batches[index]
+            self.owner += [index] * len(batch.items)
+            self.texts += batch.items
+            self.items += _shapes(batch)
 
 
-def tail_after(known: Sequence[str] | None, batches: Sequence[Batch]) -> tuple[str, ...] | None:
-    """The last items of the history once ``batches`` are applied (at most ``_KNOWN``),
-    given ``known``, the last items before them (``None``: not known; then what the
-    batches append, itself the end of the history). ``None`` if a batch changes the
-    history otherwise than by appending (pops, a rewind)."""
-    texts = list(known or ())
+def tail_after(known: Sequence[Any] | None, batches: Sequence[Batch]) -> tuple[Any, ...] | None:
+    """What the rules read of the last items of the history once ``batches`` are
+    applied (at most ``_KNOWN``), given ``known``, the same of the last items before
+    them (``None``: not known; then what the batches append, itself the end of the
+    history). ``None`` if a batch changes the history otherwise than by appending
+    (pops, a rewind)."""
+    shapes = list(known or ())
     for batch in batches:
         if batch.pops or batch.rewind is not None:
             return None
         if batch.clear:
-            texts = []
-        texts += batch.items
-    return tuple(texts[-_KNOWN:])
+            shapes = []
+        shapes += _shapes(batch, last=_KNOWN)
+    return tuple(shapes[-_KNOWN:])
 
 
 async def _context(
-    backend: Backend, session_id: str, added: _Added, known: Sequence[str] | None
+    backend: Backend, session_id: str, added: _Added, known: Sequence[Any] | None
 ) -> list[Any]:
     """The stored items (oldest first) the added items need: enough of the end of the
     history to hold every call the added outputs answer, ``[]`` if none is needed.
@@ -99,7 +121,7 @@ async def _context(
     if not wanted:
         return []
     if known is not None and not added.pops:
-        items = _decode_all(known)
+        items = list(known)
         if not wanted - calls_in(items):
             return items
     fetch = _FIRST_READ + len(wanted) + len(added.pops)
@@ -134,10 +156,11 @@ async def judge(
     session_id: str,
     batches: Sequence[Batch],
     mode: Integrity,
-    known: Sequence[str] | None = None,
+    known: Sequence[Any] | None = None,
 ) -> list[Batch]:
-    """The batches to apply under ``mode``; ``known``: the last items of the stored
-    history, if the session knows them (what it committed itself, nothing written since).
+    """The batches to apply under ``mode``; ``known``: what the rules read of the last
+    items of the stored history (:func:`tail_after`), if the session knows them (what
+    it committed itself, nothing written since).
 
     ``"off"``: as given. ``"reject"``: as given if they keep the rules, else
     :class:`~sessions.errors.InvalidHistoryError`. ``"quarantine"``: the offending
@@ -188,7 +211,10 @@ def _quarantined(
             continue
         moved = tuple((reasons[p], added.texts[p]) for p in mine if p in reasons)
         items = tuple(added.texts[p] for p in mine if p not in reasons)
-        result.append(replace(batch, items=items, quarantine=batch.quarantine + moved))
+        shapes = tuple(added.items[p] for p in mine if p not in reasons)
+        result.append(
+            replace(batch, items=items, quarantine=batch.quarantine + moved, shapes=shapes)
+        )
     logger.warning(
         "session %r: %d item(s) kept out of the history and quarantined (integrity="
         "'quarantine'): %s",

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ._history import Shape, shape_of
 from .errors import InvalidItemError
 
 logger = logging.getLogger("sessions")
@@ -82,15 +83,27 @@ def encode_item(item: Any, index: int = 0) -> str:
     return text
 
 
-def encode_items(items: Iterable[Any]) -> list[str]:
-    """Serialize every item or none: the first bad one raises, naming its index."""
+def _item_list(items: Iterable[Any]) -> list[Any]:
     if isinstance(items, (str, bytes, dict)) or not isinstance(items, Iterable):
         raise InvalidItemError(
             f"add_items() takes a list of items, not a {type(items).__name__}",
             index=-1,
             item_type=type(items).__name__,
         )
-    return [encode_item(item, i) for i, item in enumerate(items)]
+    return items if isinstance(items, list) else list(items)
+
+
+def encode_items(items: Iterable[Any]) -> list[str]:
+    """Serialize every item or none: the first bad one raises, naming its index."""
+    return [encode_item(item, i) for i, item in enumerate(_item_list(items))]
+
+
+def encode_staged(items: Iterable[Any]) -> tuple[list[str], list[Shape]]:
+    """:func:`encode_items`, and each item's shape (what the history rules read of it,
+    :func:`sessions._history.shape_of`), taken from the same objects."""
+    listed = _item_list(items)
+    texts = [encode_item(item, i) for i, item in enumerate(listed)]
+    return texts, [shape_of(item) for item in listed]
 
 
 def decode_item(text: str) -> Any:

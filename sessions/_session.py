@@ -35,7 +35,7 @@ from ._branching import Branch, fork_history, list_branches
 from ._catalogue import KEEP, info_change
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
-from ._history import first_valid_start
+from ._history import Shape, first_valid_start
 from ._integrity import judge, tail_after
 from ._locks import CrossLoopLock
 from ._marks import Held
@@ -50,7 +50,7 @@ from ._sdk import (
     run_state_from_text,
     serialize_run_state,
 )
-from ._serde import decode_item, decode_rows, encode_items
+from ._serde import decode_item, decode_rows, encode_staged
 from ._shield import DeadlineExceeded, shielded
 from ._staging import PendingChanges, Staging
 from ._turns import Turn, build_turns, coerce_usage, span_of
@@ -82,7 +82,7 @@ T = TypeVar("T")
 
 
 #: A suffix replacement to plan: the expected end, the prune rule, the new items.
-_Suffix = tuple[list[Ident], "Callable[[Any], bool] | None", list[str]]
+_Suffix = tuple[list[Ident], "Callable[[Any], bool] | None", list[str], list[Shape]]
 
 
 class _Tx:
@@ -184,10 +184,10 @@ class BufferedSession(AsyncResource):
         self._lock = CrossLoopLock()
         self._token = object()
         self._version: int | None = None
-        # The end of the stored history as this session's last commit left it, and the
-        # store's write mark that commit ended with (sessions._marks): valid while the
-        # session's mark is still that one.
-        self._known: tuple[Held, tuple[str, ...]] | None = None
+        # What the history rules read of the end of the stored history as this session's
+        # last commit left it (_integrity.tail_after), and the store's write mark that
+        # commit ended with (sessions._marks): valid while the session's mark is that one.
+        self._known: tuple[Held, tuple[Any, ...]] | None = None
 
     # ------------------------------------------------------------------ introspection
 
@@ -301,10 +301,10 @@ class BufferedSession(AsyncResource):
         staged then.
         """
         self._check_open("add_items")
-        encoded = encode_items(items)
+        encoded, shapes = encode_staged(items)
         if self._refuse_late_write("add_items", len(encoded)) or not encoded:
             return
-        self._staging.add(encoded)
+        self._staging.add(encoded, shapes)
         if self._autocommit:
             await self._shield(self._commit_now)
 
@@ -708,18 +708,23 @@ class BufferedSession(AsyncResource):
         staged with the open transaction otherwise.
         """
         self._check_open("clear_session")
-        texts = encode_items(items)
+        texts, shapes = encode_staged(items)
         if not self._replacements_supported(suffix=False):
             return False
         if self._autocommit:
             batch = Batch(
-                uuid.uuid4().hex, True, (), tuple(texts), turn=TurnRecord(self._staging.run_id)
+                uuid.uuid4().hex,
+                True,
+                (),
+                tuple(texts),
+                turn=TurnRecord(self._staging.run_id),
+                shapes=tuple(shapes),
             )
             return await self._shield(lambda: self._replace_now(batch), known=False)
         async with self._lock:
             await self._settle("clear_session")
             self._staging.clear()
-            self._staging.add(texts)
+            self._staging.add(texts, shapes)
         return True
 
     def _replacements_supported(self, *, suffix: bool) -> bool:
@@ -730,12 +735,12 @@ class BufferedSession(AsyncResource):
         self, expected: list[Ident], output: list[Any], prune: Callable[[Any], bool] | None
     ) -> bool:
         self._check_open("add_items")
-        texts = encode_items(output)
+        texts, shapes = encode_staged(output)
         if not expected:
             return False
         if self._autocommit:
             return await self._shield(
-                lambda: self._replace_now((expected, prune, texts)), known=False
+                lambda: self._replace_now((expected, prune, texts, shapes)), known=False
             )
         async with self._lock:
             await self._settle("add_items")
@@ -744,7 +749,7 @@ class BufferedSession(AsyncResource):
             )
             if plan is None:
                 return False
-            self._staging.replace_tail(plan.keep, plan.pops, plan.tail, texts)
+            self._staging.replace_tail(plan.keep, plan.pops, plan.tail, texts, shapes)
             return True
 
     async def _replace_now(self, replacement: Batch | _Suffix) -> bool:
@@ -761,7 +766,7 @@ class BufferedSession(AsyncResource):
             store = await self._ready_store("commit")
             batch = replacement
             if not isinstance(batch, Batch):
-                expected, prune, texts = batch
+                expected, prune, texts, shapes = batch
                 plan = await plan_replacement(
                     store.backend, self.session_id, self._staging, expected, prune
                 )
@@ -774,6 +779,7 @@ class BufferedSession(AsyncResource):
                     tuple(texts),
                     tail=plan.tail,
                     turn=TurnRecord(self._staging.run_id),
+                    shapes=tuple(shapes),
                 )
             (batch,) = await judge(store.backend, self.session_id, [batch], self.integrity)
             outcome = await apply_batches(store, self.session_id, [batch])
@@ -1126,7 +1132,7 @@ class BufferedSession(AsyncResource):
             tail = tail_after(known if ran_after_mine else None, batches)
             self._known = None if tail is None else (held, tail)
 
-    def _known_tail(self) -> tuple[str, ...] | None:
+    def _known_tail(self) -> tuple[Any, ...] | None:
         """The end of the stored history, if this session's last commit left it and
         nothing wrote to the session through its store since."""
         if self._known is None or not self._known[0].valid:

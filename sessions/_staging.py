@@ -38,6 +38,7 @@ from typing import Any, TypeVar, cast
 
 from ._backend import Batch, InfoChange, RunStateChange, TurnRecord, TurnUsage
 from ._catalogue import merge_info
+from ._history import Shape
 
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
 
@@ -84,6 +85,7 @@ class Stage:
         "pops",
         "run_id",
         "run_state",
+        "shapes",
         "state",
         "tail",
         "usage",
@@ -94,6 +96,7 @@ class Stage:
         self.clear = False
         self.pops: list[int] = []
         self.items: list[str] = []
+        self.shapes: list[Shape] = []  # one per item: what the history rules read of it
         self.tail: int | None = None
         self.run_state: RunStateWrite | None = None
         self.run_id: str | None = None
@@ -110,7 +113,7 @@ class Stage:
             text, label = self.run_state
             change = RunStateChange(text, expect_version, label)
         tail = None if self.clear else self.tail
-        pops, items = tuple(self.pops), tuple(self.items)
+        pops, items, shapes = tuple(self.pops), tuple(self.items), tuple(self.shapes)
         turn = TurnRecord(self.run_id, usage=self.usage) if items else None
         return Batch(
             self.batch_id,
@@ -122,16 +125,19 @@ class Stage:
             turn=turn,
             info=self.info,
             expect_version=expect_session,
+            shapes=shapes,
         )
 
     def absorb(self, later: Stage) -> None:
         """Fold a later ``OPEN`` stage into this ``OPEN`` one (both never applied)."""
         if later.clear:
             self.clear, self.pops, self.items = True, [], list(later.items)
+            self.shapes = list(later.shapes)
             self.tail = None
         else:
             self.pops.extend(later.pops)
             self.items.extend(later.items)
+            self.shapes.extend(later.shapes)
             # Rows this batch appends are its own, so an earlier condition still holds.
             if self.tail is None:
                 self.tail = later.tail
@@ -181,13 +187,16 @@ class Staging:
         return self._stages[-1]
 
     @_atomic
-    def add(self, texts: list[str]) -> None:
-        """Stage encoded items (appended at commit, in order)."""
+    def add(self, texts: list[str], shapes: list[Shape]) -> None:
+        """Stage encoded items (appended at commit, in order) with their shapes."""
+        if len(shapes) != len(texts):
+            raise ValueError("add(): one shape per text")
         if texts:
             stage = self._writable()
             if stage.run_id is None:
                 stage.run_id = self.run_id
             stage.items.extend(texts)
+            stage.shapes.extend(shapes)
 
     @_atomic
     def add_usage(self, usage: TurnUsage) -> bool:
@@ -204,6 +213,7 @@ class Staging:
         """Stage the removal of all stored history and of everything staged before."""
         stage = self._writable()
         stage.clear, stage.pops, stage.items, stage.tail = True, [], [], None
+        stage.shapes = []
 
     @_atomic
     def pop_staged(self) -> tuple[bool, str | None]:
@@ -215,6 +225,7 @@ class Staging:
         """
         stage = self._writable()
         if stage.items:
+            stage.shapes.pop()
             return True, stage.items.pop()
         return stage.clear, None
 
@@ -231,7 +242,9 @@ class Staging:
                 stage.pops.remove(key)
 
     @_atomic
-    def replace_tail(self, keep: int, pops: list[int], tail: int | None, texts: list[str]) -> None:
+    def replace_tail(
+        self, keep: int, pops: list[int], tail: int | None, texts: list[str], shapes: list[Shape]
+    ) -> None:
         """Replace the end of the history: keep the first ``keep`` staged items, stage
         the removal of the stored rows ``pops`` (checked against ``tail`` at commit,
         see :attr:`sessions.Batch.tail`), then append ``texts``.
@@ -244,7 +257,10 @@ class Staging:
         if self.in_doubt() or len(live) > 1:
             raise RuntimeError("replace_tail(): staged changes span several batches")
         stage = live[0] if live else self._writable()
+        if len(shapes) != len(texts):
+            raise ValueError("replace_tail(): one shape per text")
         stage.items = stage.items[:keep] + texts
+        stage.shapes = stage.shapes[:keep] + shapes
         if stage.run_id is None:
             stage.run_id = self.run_id
         stage.pops.extend(pops)

@@ -6,10 +6,13 @@ backend, are in ``tests/contract/test_integrity.py``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessions._history import (
     CALL_OUTPUT,
@@ -18,6 +21,7 @@ from sessions._history import (
     first_valid_start,
     pairing_kept,
 )
+from sessions._serde import encode_staged
 from tests.history_items import assistant, call, output, reasoning, user
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -168,3 +172,40 @@ def test_scripted_answers_sharing_the_agents_testing_default_id_are_not_duplicat
     assert check_history([answer, dict(answer)]) == []
     other = {**answer, "id": "msg_1"}
     assert [d.kind for d in check_history([other, dict(other)])] == ["duplicate_id"]
+
+
+class _EqualToAll(str):
+    """A ``str`` subclass whose comparisons differ from its JSON text's."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+_VALUES = st.one_of(
+    st.sampled_from(sorted(CALL_OUTPUT) + sorted(CALL_OUTPUT.values()) + ["message", "reasoning"]),
+    st.sampled_from(["user", "assistant", "system", "c1", "c2", "", "__fake_id__"]),
+    st.sampled_from([None, 0, 1, True, 1.5, [], ["c1"], ("c1",), {}, {"c1": 1}]),
+    st.builds(_EqualToAll, st.sampled_from(["c1", "user", "function_call"])),
+)
+_ITEMS = st.dictionaries(
+    st.sampled_from(["type", "role", "id", "call_id", "approval_request_id", "content"]),
+    _VALUES,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_ITEMS, max_size=8), finished=st.booleans())
+def test_the_rules_judge_a_staged_items_shape_exactly_as_its_stored_json(
+    items: list[dict[str, Any]], finished: bool
+) -> None:
+    """What commit judges (each item's shape, taken before encoding, or its decoded
+    text where there is none) gets the same verdict as the JSON the store keeps."""
+    texts, shapes = encode_staged(items)
+    stored = [json.loads(text) for text in texts]
+    judged = [stored[i] if shape is None else shape for i, shape in enumerate(shapes)]
+    assert check_history(judged, finished=finished) == check_history(stored, finished=finished)
+    for item, shape in zip(items, shapes, strict=True):
+        odd = any(isinstance(v, _EqualToAll) for k, v in item.items() if k != "content")
+        assert (shape is None) == odd  # a subclass's value in a field the rules read

@@ -421,10 +421,10 @@ async def test_a_commit_that_cannot_settle_an_earlier_unknown_outcome_is_a_commi
 
 def test_a_rejected_commit_leaves_batches_of_unknown_outcome_in_doubt() -> None:
     staging = Staging()
-    staging.add(['{"role":"user","content":"a"}'])
+    staging.add(['{"role":"user","content":"a"}'], [{"role": "user"}])
     (batch,) = staging.seal()
     staging.failed(known=False)
-    staging.add(['{"role":"user","content":"b"}'])
+    staging.add(['{"role":"user","content":"b"}'], [{"role": "user"}])
     doubtful = set(staging.unresolved())
     staging.seal()
     staging.failed(known=True, unknown=doubtful)  # as after an InvalidHistoryError
