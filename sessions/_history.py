@@ -25,6 +25,7 @@ __all__ = [
     "Defect",
     "Shape",
     "answered_calls",
+    "calls_from",
     "calls_in",
     "check_history",
     "first_valid_start",
@@ -172,108 +173,78 @@ def _follows_reasoning(kind: str | None, item: dict[str, Any]) -> bool:
     return True
 
 
-class _Checker:
-    """One pass over a sequence; collects defects in order of the items."""
-
-    def __init__(self, finished: bool) -> None:
-        self.finished = finished
-        self.defects: list[Defect] = []
-        self.calls: dict[tuple[str, str], int] = {}  # (call type, key) -> index
-        self.answered: set[tuple[str, str]] = set()
-        self.ids: set[str] = set()
-        self.last_move = -1  # index of the last item past which pending calls are late
-
-    def add(self, index: int, kind: str, call_id: str | None, message: str) -> None:
-        self.defects.append(Defect(index, kind, call_id, message))
-
-    def item(self, index: int, item: Any, after: Any) -> None:
-        if type(item) is not dict:
-            self.add(
-                index, "not_an_object", None, f"the item is a {item_label(item)}, not an object"
-            )
-            return
-        kind = _type(item)
-        if "id" in item:
-            self._check_id(index, kind, item)
-        if kind in CALL_OUTPUT:
-            self._call(index, kind, item)
-        elif kind in _OUTPUT_CALL:
-            self._output(index, kind, item)
-        elif kind == "reasoning":
-            self._reasoning(index, after)
-        else:  # a message or anything else: the run went past pending calls
-            self.last_move = index
-
-    def _check_id(self, index: int, kind: str | None, item: dict[str, Any]) -> None:
-        item_id = item["id"]
-        if not isinstance(item_id, str) or not item_id or kind in _ID_IS_REFERENCE:
-            return
-        if item_id in _PLACEHOLDER_IDS:
-            return
-        if item_id in self.ids:
-            self.add(index, "duplicate_id", None, f"{kind} item repeats an item id")
-        self.ids.add(item_id)
-
-    def _call(self, index: int, kind: str, item: dict[str, Any]) -> None:
-        key = _call_key(kind, item)
-        if key is None:
-            return  # nothing can answer it; the API reports its own schema errors
-        if (kind, key) in self.calls:
-            self.add(index, "duplicate_call", key, f"{kind} {key!r} appears twice")
-            return
-        self.calls[(kind, key)] = index
-
-    def _output(self, index: int, kind: str, item: dict[str, Any]) -> None:
-        key = _output_key(kind, item)
-        call = _OUTPUT_CALL[kind]
-        if key is None or (call, key) not in self.calls:
-            self.add(index, "orphan_output", key, f"{kind} {key!r} has no {call} before it")
-        elif (call, key) in self.answered:
-            self.add(index, "duplicate_output", key, f"{kind} {key!r} answers it again")
-        else:
-            self.answered.add((call, key))
-
-    def _reasoning(self, index: int, after: Any) -> None:
-        if after is None:
-            if self.finished:
-                self.add(
-                    index,
-                    "reasoning_without_follower",
-                    None,
-                    "a reasoning item ends the history",
-                )
-            return
-        if isinstance(after, dict) and not _follows_reasoning(_type(after), after):
-            self.add(
-                index,
-                "reasoning_without_follower",
-                None,
-                f"a reasoning item is followed by a {item_label(after)}",
-            )
-
-    def unanswered(self) -> None:
-        for (kind, key), index in self.calls.items():
-            if (kind, key) in self.answered or kind in _ANSWER_OPTIONAL:
-                continue
-            if not self.finished and index > self.last_move:
-                continue  # pending: the SDK resumes it
-            self.add(index, "missing_output", key, f"{kind} {key!r} has no {CALL_OUTPUT[kind]}")
-
-
 def check_history(items: Sequence[Any], *, finished: bool = True) -> list[Defect]:
     """Every broken rule in ``items`` (oldest first), ordered by position.
 
     ``finished=False``: the sequence may end mid-run (cancelled, awaiting an approval):
     calls with nothing but calls, outputs and reasoning after them are pending, not
     missing their outputs, and a trailing reasoning item is allowed.
+
+    One pass (commit runs it on every write: kept to plain loops and dict lookups).
     """
-    checker = _Checker(finished)
+    defects: list[Defect] = []
+    add = defects.append
+    calls: dict[tuple[str, str], int] = {}  # (call type, key) -> index
+    answered: set[tuple[str, str]] = set()
+    ids: set[str] = set()
+    last_move = -1  # index of the last item past which pending calls are late
     count = len(items)
     for index, item in enumerate(items):
-        checker.item(index, item, items[index + 1] if index + 1 < count else None)
-    checker.unanswered()
-    checker.defects.sort(key=lambda defect: defect.index)
-    return checker.defects
+        if type(item) is not dict:
+            message = f"the item is a {item_label(item)}, not an object"
+            add(Defect(index, "not_an_object", None, message))
+            continue
+        kind = item.get("type")
+        if not isinstance(kind, str):
+            kind = "message" if "role" in item else None
+        item_id = item.get("id")
+        if (
+            isinstance(item_id, str)
+            and item_id
+            and kind not in _ID_IS_REFERENCE
+            and item_id not in _PLACEHOLDER_IDS
+        ):
+            if item_id in ids:
+                add(Defect(index, "duplicate_id", None, f"{kind} item repeats an item id"))
+            ids.add(item_id)
+        if kind in CALL_OUTPUT:
+            key = _call_key(kind, item)
+            if key is None:
+                continue  # nothing can answer it; the API reports its own schema errors
+            if (kind, key) in calls:
+                add(Defect(index, "duplicate_call", key, f"{kind} {key!r} appears twice"))
+            else:
+                calls[(kind, key)] = index
+        elif kind in _OUTPUT_CALL:
+            key = _output_key(kind, item)
+            call = _OUTPUT_CALL[kind]
+            if key is None or (call, key) not in calls:
+                message = f"{kind} {key!r} has no {call} before it"
+                add(Defect(index, "orphan_output", key, message))
+            elif (call, key) in answered:
+                add(Defect(index, "duplicate_output", key, f"{kind} {key!r} answers it again"))
+            else:
+                answered.add((call, key))
+        elif kind == "reasoning":
+            after = items[index + 1] if index + 1 < count else None
+            if after is None:
+                if finished:
+                    message = "a reasoning item ends the history"
+                    add(Defect(index, "reasoning_without_follower", None, message))
+            elif isinstance(after, dict) and not _follows_reasoning(_type(after), after):
+                message = f"a reasoning item is followed by a {item_label(after)}"
+                add(Defect(index, "reasoning_without_follower", None, message))
+        else:  # a message or anything else: the run went past pending calls
+            last_move = index
+    for (kind, key), index in calls.items():
+        if (kind, key) in answered or kind in _ANSWER_OPTIONAL:
+            continue
+        if not finished and index > last_move:
+            continue  # pending: the SDK resumes it
+        add(Defect(index, "missing_output", key, f"{kind} {key!r} has no {CALL_OUTPUT[kind]}"))
+    if len(defects) > 1:
+        defects.sort(key=lambda defect: defect.index)
+    return defects
 
 
 def offenders(defects: Iterable[Defect]) -> set[int]:
@@ -332,6 +303,22 @@ def _last_orphan(items: Sequence[Any], start: int) -> int | None:
 def calls_in(items: Sequence[Any]) -> set[tuple[str, str]]:
     """``(call type, call id)`` of every call in ``items``."""
     return {key for _, is_call, key in _pairing(items) if is_call and key is not None}
+
+
+def calls_from(items: Sequence[Any], wanted: Iterable[tuple[str, str]]) -> int | None:
+    """Where the shortest end of ``items`` that holds every call in ``wanted``
+    (``(call type, call id)``) starts; ``None`` if ``items`` lack one of them."""
+    missing = set(wanted)
+    for index in range(len(items) - 1, -1, -1):
+        item = items[index]
+        if type(item) is not dict:
+            continue
+        kind = _type(item)
+        if kind in CALL_OUTPUT:
+            missing.discard((kind, _call_key(kind, item)))
+            if not missing:
+                return index
+    return None
 
 
 def answered_calls(items: Sequence[Any]) -> set[tuple[str, str]]:

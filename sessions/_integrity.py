@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ._backend import Backend, Batch
-from ._history import Defect, answered_calls, calls_in, check_history, item_label
+from ._history import Defect, answered_calls, calls_from, calls_in, check_history, item_label
 from ._observe import observed_load
 from ._policy import Integrity
 from .errors import InvalidHistoryError
@@ -73,24 +73,34 @@ def _shapes(batch: Batch, last: int | None = None) -> list[Any]:
 
 
 class _Added:
-    """What the rules read of the items the batches add after their last clear, with
-    their texts and their batch."""
+    """What the rules read of the items the batches add after their last clear (the
+    batches from ``start`` on), and the stored rows the batches pop."""
+
+    __slots__ = ("cleared", "items", "pops", "start")
 
     def __init__(self, batches: Sequence[Batch]) -> None:
-        start = 0
+        self.start = 0
+        self.cleared = False
+        self.pops: set[int] = set()
         for index, batch in enumerate(batches):
             if batch.clear:
-                start = index
-        self.cleared = any(batch.clear for batch in batches)
-        self.pops = {key for batch in batches for key in batch.pops}
-        self.owner: list[int] = []  # batch index of each item
-        self.texts: list[str] = []
-        self.items: list[Any] = []
-        for index in range(start, len(batches)):
-            batch = batches[index]
-            self.owner += [index] * len(batch.items)
-            self.texts += batch.items
-            self.items += _shapes(batch)
+                self.start, self.cleared = index, True
+            if batch.pops:
+                self.pops.update(batch.pops)
+        if len(batches) == self.start + 1:  # one batch, the usual commit
+            self.items = _shapes(batches[self.start])
+        else:
+            self.items = []
+            for index in range(self.start, len(batches)):
+                self.items += _shapes(batches[index])
+
+    def owners(self, batches: Sequence[Batch]) -> list[tuple[int, str]]:
+        """``(batch index, text)`` of each item, in the order of :attr:`items`."""
+        return [
+            (index, text)
+            for index in range(self.start, len(batches))
+            for text in batches[index].items
+        ]
 
 
 def tail_after(known: Sequence[Any] | None, batches: Sequence[Batch]) -> tuple[Any, ...] | None:
@@ -121,9 +131,9 @@ async def _context(
     if not wanted:
         return []
     if known is not None and not added.pops:
-        items = list(known)
-        if not wanted - calls_in(items):
-            return items
+        start = calls_from(known, wanted)
+        if start is not None:  # from the earliest of those calls: nothing before matters
+            return list(known[start:])
     fetch = _FIRST_READ + len(wanted) + len(added.pops)
     while True:
         rows = await observed_load(backend, session_id, fetch)
@@ -166,11 +176,15 @@ async def judge(
     :class:`~sessions.errors.InvalidHistoryError`. ``"quarantine"``: the offending
     items moved from each batch's ``items`` to its ``quarantine``.
     """
-    if mode == "off" or not any(batch.items for batch in batches):
+    if mode == "off":
         return list(batches)
     added = _Added(batches)
+    if not added.items:
+        return list(batches)
     context: list[Any] = []
     defects = check_history(added.items, finished=False)
+    if not defects:
+        return list(batches)
     if any(defect.kind == "orphan_output" for defect in defects):
         # Its call may be stored: judge again with as much of the history as it needs.
         context = await _context(backend, session_id, added, known)
@@ -203,14 +217,15 @@ def _quarantined(
         out = {kept[d.index] for d in defects}
         kept = [position for position in kept if position not in out]
         defects = _defects(context, [added.items[position] for position in kept])
+    owners = added.owners(batches)
     result: list[Batch] = []
     for index, batch in enumerate(batches):
-        mine = [p for p, owner in enumerate(added.owner) if owner == index]
+        mine = [p for p, (owner, _) in enumerate(owners) if owner == index]
         if not mine:
             result.append(batch)
             continue
-        moved = tuple((reasons[p], added.texts[p]) for p in mine if p in reasons)
-        items = tuple(added.texts[p] for p in mine if p not in reasons)
+        moved = tuple((reasons[p], owners[p][1]) for p in mine if p in reasons)
+        items = tuple(owners[p][1] for p in mine if p not in reasons)
         shapes = tuple(added.items[p] for p in mine if p not in reasons)
         result.append(
             replace(batch, items=items, quarantine=batch.quarantine + moved, shapes=shapes)

@@ -1096,6 +1096,7 @@ class BufferedSession(AsyncResource):
         if not batches:
             return
         self._version = None
+        remembered = self._known
         known = self._known_tail()
         self._known = None
         try:
@@ -1125,7 +1126,7 @@ class BufferedSession(AsyncResource):
             self._version = expected_version + len(batches)
         held = outcome.mark
         if held is not None and self.integrity != "off" and store.backend.idempotent:
-            mine = None if self._known is None else self._known[0]
+            mine = None if remembered is None else remembered[0]
             ran_after_mine = (
                 mine is not None and mine.cell is held.cell and outcome.previous == mine.mark
             )

@@ -159,6 +159,28 @@ async def test_an_autocommit_output_after_the_sessions_own_call_reads_no_history
     assert len(await session.get_items()) == 6
 
 
+async def test_an_output_commits_after_its_call_reads_no_history_while_the_session_wrote_alone(
+    target: Target, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session's memory of its history's end carries over its commits: a call two
+    commits back is still known. A commit by another session object in between makes
+    the session read again."""
+    store = await target.open(integrity="reject")
+    session = store.session(sid, autocommit=True)
+    await session.add_items([call("function_call", "c1")])
+    await session.add_items([call("function_call", "c2")])
+    reads = _count_loads(store, monkeypatch)
+    answers = [output("function_call_output", "c1"), output("function_call_output", "c2")]
+    await session.add_items([*answers, assistant()])
+    assert reads == []
+    await session.add_items([call("function_call", "c3")])
+    await store.session(sid, autocommit=True).add_items([call("function_call", "c4")])
+    answers = [output("function_call_output", "c3"), output("function_call_output", "c4")]
+    await session.add_items(answers)
+    assert len(reads) == 1
+    assert len(await session.get_items()) == 9
+
+
 async def test_a_call_popped_by_another_session_object_is_not_trusted_from_memory(
     target: Target, sid: str
 ) -> None:
