@@ -58,6 +58,8 @@ _PLACEHOLDER_IDS = frozenset({"__fake_id__", "scripted-message"})
 
 #: Types whose ``id`` names another item rather than the item itself.
 _ID_IS_REFERENCE = frozenset({"local_shell_call_output", "item_reference"})
+#: Ids the duplicate-id rule skips: the placeholders and the empty string.
+_NOT_IDS = _PLACEHOLDER_IDS | {""}
 
 #: ``name -> description``: every rule checked, as ``docs/history.md`` shows it.
 RULES: dict[str, str] = {
@@ -173,6 +175,30 @@ def _follows_reasoning(kind: str | None, item: dict[str, Any]) -> bool:
     return True
 
 
+def _reasoning_defect(after: Any, finished: bool) -> str | None:
+    """What is wrong with a reasoning item followed by ``after`` (``None``: it ends the
+    sequence), or ``None``."""
+    if after is None:
+        return "a reasoning item ends the history" if finished else None
+    if isinstance(after, dict) and not _follows_reasoning(_type(after), after):
+        return f"a reasoning item is followed by a {item_label(after)}"
+    return None
+
+
+def _missing_outputs(
+    calls: dict[tuple[str, str], int], answered: set[tuple[str, str]], last_move: int | None
+) -> list[Defect]:
+    """The calls without their output, but those after ``last_move`` (pending: the SDK
+    resumes them; ``None`` in a finished history, where none is)."""
+    return [
+        Defect(index, "missing_output", key, f"{kind} {key!r} has no {CALL_OUTPUT[kind]}")
+        for (kind, key), index in calls.items()
+        if (kind, key) not in answered
+        and kind not in _ANSWER_OPTIONAL
+        and (last_move is None or index <= last_move)
+    ]
+
+
 def check_history(items: Sequence[Any], *, finished: bool = True) -> list[Defect]:
     """Every broken rule in ``items`` (oldest first), ordered by position.
 
@@ -191,19 +217,14 @@ def check_history(items: Sequence[Any], *, finished: bool = True) -> list[Defect
     count = len(items)
     for index, item in enumerate(items):
         if type(item) is not dict:
-            message = f"the item is a {item_label(item)}, not an object"
-            add(Defect(index, "not_an_object", None, message))
+            wrong = f"the item is a {item_label(item)}, not an object"
+            add(Defect(index, "not_an_object", None, wrong))
             continue
         kind = item.get("type")
         if not isinstance(kind, str):
             kind = "message" if "role" in item else None
         item_id = item.get("id")
-        if (
-            isinstance(item_id, str)
-            and item_id
-            and kind not in _ID_IS_REFERENCE
-            and item_id not in _PLACEHOLDER_IDS
-        ):
+        if isinstance(item_id, str) and item_id not in _NOT_IDS and kind not in _ID_IS_REFERENCE:
             if item_id in ids:
                 add(Defect(index, "duplicate_id", None, f"{kind} item repeats an item id"))
             ids.add(item_id)
@@ -219,29 +240,18 @@ def check_history(items: Sequence[Any], *, finished: bool = True) -> list[Defect
             key = _output_key(kind, item)
             call = _OUTPUT_CALL[kind]
             if key is None or (call, key) not in calls:
-                message = f"{kind} {key!r} has no {call} before it"
-                add(Defect(index, "orphan_output", key, message))
+                add(Defect(index, "orphan_output", key, f"{kind} {key!r} has no {call} before it"))
             elif (call, key) in answered:
                 add(Defect(index, "duplicate_output", key, f"{kind} {key!r} answers it again"))
             else:
                 answered.add((call, key))
         elif kind == "reasoning":
-            after = items[index + 1] if index + 1 < count else None
-            if after is None:
-                if finished:
-                    message = "a reasoning item ends the history"
-                    add(Defect(index, "reasoning_without_follower", None, message))
-            elif isinstance(after, dict) and not _follows_reasoning(_type(after), after):
-                message = f"a reasoning item is followed by a {item_label(after)}"
-                add(Defect(index, "reasoning_without_follower", None, message))
+            fault = _reasoning_defect(items[index + 1] if index + 1 < count else None, finished)
+            if fault is not None:
+                add(Defect(index, "reasoning_without_follower", None, fault))
         else:  # a message or anything else: the run went past pending calls
             last_move = index
-    for (kind, key), index in calls.items():
-        if (kind, key) in answered or kind in _ANSWER_OPTIONAL:
-            continue
-        if not finished and index > last_move:
-            continue  # pending: the SDK resumes it
-        add(Defect(index, "missing_output", key, f"{kind} {key!r} has no {CALL_OUTPUT[kind]}"))
+    defects += _missing_outputs(calls, answered, None if finished else last_move)
     if len(defects) > 1:
         defects.sort(key=lambda defect: defect.index)
     return defects
