@@ -112,24 +112,28 @@ Shape = dict[str, Any] | None
 
 #: The only fields of an item the rules read.
 _FIELDS = ("type", "role", "id", "call_id", "approval_request_id")
-#: Value types the rules judge the same before and after a JSON round trip (a ``str``
-#: stays equal; anything else is "not a string" either way).
-_PLAIN = frozenset({str, int, float, bool, list, tuple, dict})
 
 
 def shape_of(item: dict[str, Any]) -> Shape:
     """What the rules read of a staged item (a ``dict`` with string keys), taken
     before it is encoded: a small dict the rules judge exactly as the stored item.
-    ``None`` when that is not certain (a field holds an instance of a subclass, whose
-    comparisons may differ from what JSON stores): decode the text then.
+
+    The rules compare these fields to strings and test whether ``role`` is present,
+    nothing else: a ``str`` is kept, any other value becomes ``None`` (not a string,
+    before and after JSON; the caller's objects are not held). ``None`` for the whole
+    item when a field holds an instance of a ``str`` subclass, whose comparisons may
+    differ from the plain string JSON stores: its text is decoded then.
     """
-    shape = {}
+    shape: dict[str, Any] = {}
     for name in _FIELDS:
         if name in item:
             value = item[name]
-            if value is not None and type(value) not in _PLAIN:
+            if type(value) is str:
+                shape[name] = value
+            elif isinstance(value, str):
                 return None
-            shape[name] = value
+            else:
+                shape[name] = None
     return shape
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sessions._history import (
@@ -183,11 +183,21 @@ class _EqualToAll(str):
     __hash__ = str.__hash__
 
 
+class _IntEqualToAll(int):
+    """An ``int`` subclass equal to everything (JSON stores a plain number)."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = int.__hash__
+
+
 _VALUES = st.one_of(
     st.sampled_from(sorted(CALL_OUTPUT) + sorted(CALL_OUTPUT.values()) + ["message", "reasoning"]),
     st.sampled_from(["user", "assistant", "system", "c1", "c2", "", "__fake_id__"]),
     st.sampled_from([None, 0, 1, True, 1.5, [], ["c1"], ("c1",), {}, {"c1": 1}]),
     st.builds(_EqualToAll, st.sampled_from(["c1", "user", "function_call"])),
+    st.builds(_IntEqualToAll, st.integers(0, 2)),
 )
 _ITEMS = st.dictionaries(
     st.sampled_from(["type", "role", "id", "call_id", "approval_request_id", "content"]),
@@ -197,6 +207,8 @@ _ITEMS = st.dictionaries(
 
 @settings(max_examples=300, deadline=None)
 @given(items=st.lists(_ITEMS, max_size=8), finished=st.booleans())
+@example(items=[{"type": "reasoning"}, {"role": _IntEqualToAll(0)}], finished=False)
+@example(items=[{"type": "reasoning"}, {"role": _EqualToAll("user")}], finished=False)
 def test_the_rules_judge_a_staged_items_shape_exactly_as_its_stored_json(
     items: list[dict[str, Any]], finished: bool
 ) -> None:
