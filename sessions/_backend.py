@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from ._history import Shape
+
 __all__ = [
     "AdminBackend",
     "Backend",
@@ -226,9 +228,7 @@ class Batch:
     info: InfoChange | None = None
     expect_version: int | None = None
     quarantine: tuple[tuple[str, str], ...] = ()
-    shapes: tuple[dict[str, Any] | None, ...] | None = field(
-        default=None, compare=False, repr=False
-    )
+    shapes: tuple[Shape, ...] | None = field(default=None, compare=False, repr=False)
     """The core's own, backends ignore it: for each of ``items``, the fields the history
     rules read (:func:`sessions._history.shape_of`, taken when it was staged; ``None``
     where the text must be decoded), or ``None`` for the whole batch."""

@@ -26,7 +26,6 @@ __all__ = [
     "Shape",
     "answered_calls",
     "calls_from",
-    "calls_in",
     "check_history",
     "first_valid_start",
     "item_label",
@@ -312,11 +311,6 @@ def _last_orphan(items: Sequence[Any], start: int) -> int | None:
         elif key is None or key not in calls:
             last = index
     return last
-
-
-def calls_in(items: Sequence[Any]) -> set[tuple[str, str]]:
-    """``(call type, call id)`` of every call in ``items``."""
-    return {key for _, is_call, key in _pairing(items) if is_call and key is not None}
 
 
 def calls_from(items: Sequence[Any], wanted: Iterable[tuple[str, str]]) -> int | None:

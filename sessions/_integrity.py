@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ._backend import Backend, Batch
-from ._history import Defect, answered_calls, calls_from, calls_in, check_history, item_label
+from ._history import Defect, answered_calls, calls_from, check_history, item_label
 from ._observe import observed_load
 from ._policy import Integrity
 from .errors import InvalidHistoryError
@@ -138,7 +138,7 @@ async def _context(
     while True:
         rows = await observed_load(backend, session_id, fetch)
         items = _decode_all([text for key, text in rows if key not in added.pops])
-        if len(rows) < fetch or not wanted - calls_in(items):
+        if len(rows) < fetch or calls_from(items, wanted) is not None:
             return items
         fetch *= 4
 
