@@ -381,15 +381,15 @@ class AdminBackend(Protocol):
         """Metadata of one session, ``None`` if it has never been committed to."""
         ...
 
-    async def delete_session(
-        self, session_id: str, *, stale_before: datetime | None = None
-    ) -> bool:
+    async def delete_session(self, session_id: str) -> bool:
         """Delete a session's items, batch records, quarantine and metadata in one
-        transaction.
+        transaction. ``True`` if the session existed."""
+        ...
 
-        With ``stale_before``, only if (inside that transaction) its ``updated_at`` is
-        still before it. ``True`` if the session was deleted.
-        """
+    async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:
+        """Delete, as :meth:`delete_session` does and all in one transaction, each of
+        ``session_ids`` whose ``updated_at`` is (checked inside that transaction) still
+        before ``stale_before``; the ids deleted."""
         ...
 
     async def stale_sessions(
@@ -444,10 +444,10 @@ class CatalogueBackend(Protocol):
         ...
 
     async def delete_expired(
-        self, session_id: str, now: datetime, default_ttl: float | None
-    ) -> bool:
-        """Delete a session as :meth:`AdminBackend.delete_session` does, only if (inside
-        that transaction) its TTL has still elapsed at ``now``."""
+        self, session_ids: Sequence[str], now: datetime, default_ttl: float | None
+    ) -> list[str]:
+        """Delete, as :meth:`AdminBackend.delete_stale` does, each of ``session_ids``
+        whose TTL (checked inside that transaction) has still elapsed at ``now``."""
         ...
 
     async def delete_user(self, user_id: str) -> list[str]:

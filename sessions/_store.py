@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any, Generic, TypeVar
 
@@ -42,6 +42,50 @@ def _check_age(value: object, name: str) -> timedelta:
     if not isinstance(value, timedelta) or value < timedelta(0):
         raise ValueError(f"{name} must be a non-negative timedelta, got {value!r}")
     return value
+
+
+#: Purge deletes at most this many sessions in one transaction ...
+PURGE_SESSIONS = 100
+#: ... and starts a new transaction before a session would take it past this many items
+#: (a larger session is deleted in a transaction of its own).
+PURGE_ITEMS = 20_000
+
+
+def _chunks(page: list[SessionInfo]) -> list[list[SessionInfo]]:
+    """``page`` cut into purge transactions (see :data:`PURGE_SESSIONS`)."""
+    chunks: list[list[SessionInfo]] = []
+    items = 0
+    for info in page:
+        size = max(0, info.item_count)
+        if not chunks or len(chunks[-1]) >= PURGE_SESSIONS or items + size > PURGE_ITEMS:
+            chunks.append([])
+            items = 0
+        chunks[-1].append(info)
+        items += size
+    return chunks
+
+
+async def _purge_pages(
+    page: Callable[[str | None], Awaitable[list[SessionInfo]]],
+    delete: Callable[[list[str]], Awaitable[list[str]]],
+    dry_run: bool,
+    page_size: int,
+) -> list[SessionInfo]:
+    """Walk the listing a page at a time; delete each page's sessions (those that still
+    qualify when ``delete`` locks them), a chunk per transaction; what went."""
+    gone: list[SessionInfo] = []
+    after: str | None = None
+    while True:
+        listed = await page(after)
+        if dry_run:
+            gone.extend(listed)
+        else:
+            for chunk in _chunks(listed):
+                deleted = set(await delete([info.session_id for info in chunk]))
+                gone.extend(info for info in chunk if info.session_id in deleted)
+        if len(listed) < page_size:
+            return gone
+        after = listed[-1].session_id
 
 
 class _CommitSlot:
@@ -333,8 +377,10 @@ class Store(AsyncResource, Generic[S]):
         :attr:`ttl` (sessions with neither are kept).
 
         Lists stale sessions a page of ``page_size`` at a time (also with ``dry_run``)
-        and deletes each in a transaction of its own that checks again that it is
-        still stale: a session written to after it was listed is kept.
+        and deletes them in transactions of up to :data:`PURGE_SESSIONS` sessions and
+        about :data:`PURGE_ITEMS` items, each of which checks again, with the sessions'
+        rows locked, that every one is still stale: a session written to after it was
+        listed is kept.
         """
         if older_than is not None:
             _check_age(older_than, "older_than")
@@ -352,31 +398,27 @@ class Store(AsyncResource, Generic[S]):
     ) -> list[SessionInfo]:
         admin = self._admin("purge")
         cutoff = datetime.now(timezone.utc) - older_than
-        gone: list[SessionInfo] = []
-        after: str | None = None
-        while True:
-            page = await admin.stale_sessions(cutoff, limit=page_size, after=after)
-            for info in page:
-                if dry_run or await admin.delete_session(info.session_id, stale_before=cutoff):
-                    gone.append(info)
-            if len(page) < page_size:
-                return gone
-            after = page[-1].session_id
+
+        async def page(after: str | None) -> list[SessionInfo]:
+            return await admin.stale_sessions(cutoff, limit=page_size, after=after)
+
+        async def delete(ids: list[str]) -> list[str]:
+            return await admin.delete_stale(ids, cutoff)
+
+        return await _purge_pages(page, delete, dry_run, page_size)
 
     async def _purge_expired(self, dry_run: bool, page_size: int) -> list[SessionInfo]:
         catalogue = self._catalogue("purge")
         now = datetime.now(timezone.utc)
         default = None if self._ttl is None else self._ttl.total_seconds()
-        gone: list[SessionInfo] = []
-        after: str | None = None
-        while True:
-            page = await catalogue.expired_sessions(now, default, limit=page_size, after=after)
-            for info in page:
-                if dry_run or await catalogue.delete_expired(info.session_id, now, default):
-                    gone.append(info)
-            if len(page) < page_size:
-                return gone
-            after = page[-1].session_id
+
+        async def page(after: str | None) -> list[SessionInfo]:
+            return await catalogue.expired_sessions(now, default, limit=page_size, after=after)
+
+        async def delete(ids: list[str]) -> list[str]:
+            return await catalogue.delete_expired(ids, now, default)
+
+        return await _purge_pages(page, delete, dry_run, page_size)
 
     async def prune_batch_records(self, older_than: timedelta = timedelta(days=1)) -> int:
         """Forget the ids of session commits made more than ``older_than`` ago.

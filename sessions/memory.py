@@ -17,7 +17,7 @@ like the other backends, it is not thread-safe.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -331,14 +331,22 @@ class MemoryBackend:
         history = self._sessions.get(session_id)
         return None if history is None else history.info(session_id)
 
-    async def delete_session(
-        self, session_id: str, *, stale_before: datetime | None = None
-    ) -> bool:
-        history = self._sessions.get(session_id)
-        if history is None or (stale_before is not None and history.updated_at >= stale_before):
-            return False
-        del self._sessions[session_id]
-        return True
+    async def delete_session(self, session_id: str) -> bool:
+        return self._sessions.pop(session_id, None) is not None
+
+    async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:
+        return self._delete(session_ids, lambda h: h.updated_at < stale_before)
+
+    def _delete(
+        self, session_ids: Sequence[str], qualifies: Callable[[_History], bool]
+    ) -> list[str]:
+        gone = []
+        for session_id in session_ids:
+            history = self._sessions.get(session_id)
+            if history is not None and qualifies(history):
+                del self._sessions[session_id]
+                gone.append(session_id)
+        return gone
 
     async def stale_sessions(
         self, cutoff: datetime, *, limit: int, after: str | None = None
@@ -380,13 +388,9 @@ class MemoryBackend:
         return [self._sessions[s].info(s) for s in ids[:limit]]
 
     async def delete_expired(
-        self, session_id: str, now: datetime, default_ttl: float | None
-    ) -> bool:
-        history = self._sessions.get(session_id)
-        if history is None or not history.expired(now, default_ttl):
-            return False
-        del self._sessions[session_id]
-        return True
+        self, session_ids: Sequence[str], now: datetime, default_ttl: float | None
+    ) -> list[str]:
+        return self._delete(session_ids, lambda h: h.expired(now, default_ttl))
 
     async def delete_user(self, user_id: str) -> list[str]:
         ids = sorted(s for s, h in self._sessions.items() if h.catalogue.user_id == user_id)

@@ -322,10 +322,6 @@ _SQL_PRUNE = (
 )
 # A restore (import) gives the session the times of its export: $2 created, $3 updated.
 _SQL_RESTORE_TIMES = "UPDATE {sessions} SET created_at = $2, updated_at = $3 WHERE session_id = $1"
-_SQL_DELETE_LOCK = "SELECT updated_at FROM {sessions} WHERE session_id = $1 FOR UPDATE"
-_SQL_DELETE_ITEMS = "DELETE FROM {items} WHERE session_id = $1"
-_SQL_DELETE_BATCHES = "DELETE FROM {batches} WHERE session_id = $1"
-_SQL_DELETE_SESSION = "DELETE FROM {sessions} WHERE session_id = $1"
 
 # Server-reported SQLSTATEs after which the connection is gone or the database is
 # going away: retry, and the outcome is known only if the commit was not yet sent.
@@ -393,7 +389,6 @@ class _Sql:
     range: str
     prune: str
     restore_times: str
-    delete: tuple[str, str, str, str]
 
     @classmethod
     def build(cls, names: _Names) -> _Sql:
@@ -411,12 +406,6 @@ class _Sql:
             range=s(_SQL_RANGE),
             prune=s(_SQL_PRUNE),
             restore_times=s(_SQL_RESTORE_TIMES),
-            delete=(
-                s(_SQL_DELETE_LOCK),
-                s(_SQL_DELETE_ITEMS),
-                s(_SQL_DELETE_BATCHES),
-                s(_SQL_DELETE_SESSION),
-            ),
         )
 
 
@@ -434,7 +423,7 @@ _SQL_RUN_STATE_WRITE = (
 )
 _SQL_RUN_STATE_LOAD = "SELECT data, version, label FROM {run_states} WHERE session_id = $1"
 _SQL_RUN_STATE_DELETE = "DELETE FROM {run_states} WHERE session_id = $1"
-_SQL_BRANCHES_DELETE = "DELETE FROM {branches} WHERE source_id = $1"
+_SQL_BRANCHES_DELETE = "DELETE FROM {branches} WHERE source_id = ANY($1::text[])"
 _SQL_USAGE = (
     "SELECT coalesce(sum(requests), 0), coalesce(sum(input_tokens), 0), "
     "coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0), "
@@ -523,7 +512,14 @@ _SQL_EXPIRED = (
     "AND updated_at + make_interval(secs => coalesce(ttl, $2)) < $3 "
     "ORDER BY session_id LIMIT $4"
 )
-_SQL_DELETE_LOCK_TTL = "SELECT updated_at, ttl FROM {sessions} WHERE session_id = $1 FOR UPDATE"
+_SQL_DELETE_LOCK_MANY = (
+    "SELECT session_id, updated_at, ttl FROM {sessions} WHERE session_id = ANY($1::text[]) "
+    "ORDER BY session_id FOR UPDATE"
+)
+_SQL_DELETE_LOCK_USER = (
+    "SELECT session_id, updated_at, ttl FROM {sessions} WHERE user_id = $1 "
+    "ORDER BY session_id FOR UPDATE"
+)
 #: Every table with per-session rows, but the sessions table: what deleting a session
 #: (or a user) deletes. A migration that adds one adds it here (a test compares this
 #: with the schema).
@@ -563,7 +559,8 @@ class _ExtraSql:
     tags_user: str
     load_versioned: str
     expired: str
-    delete_lock_ttl: str
+    delete_lock_many: str
+    delete_lock_user: str
 
     @classmethod
     def build(cls, names: _Names) -> _ExtraSql:
@@ -575,7 +572,8 @@ class _ExtraSql:
             tags_user=s(_SQL_TAGS_USER),
             load_versioned=s(_SQL_LOAD_VERSIONED),
             expired=s(_SQL_EXPIRED),
-            delete_lock_ttl=s(_SQL_DELETE_LOCK_TTL),
+            delete_lock_many=s(_SQL_DELETE_LOCK_MANY),
+            delete_lock_user=s(_SQL_DELETE_LOCK_USER),
             newer=s(_SQL_NEWER),
             run_state_version=s(_SQL_RUN_STATE_VERSION),
             run_state_write=s(_SQL_RUN_STATE_WRITE),
@@ -1298,72 +1296,61 @@ class PostgresBackend:
 
         return await self._run("prune_batches", run)
 
-    async def delete_session(
-        self, session_id: str, *, stale_before: datetime | None = None
-    ) -> bool:
-        if stale_before is not None and stale_before.tzinfo is None:
+    async def delete_session(self, session_id: str) -> bool:
+        return bool(await self._delete([session_id], None, None))
+
+    async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:
+        if stale_before.tzinfo is None:
             stale_before = stale_before.replace(tzinfo=timezone.utc)
-        return await self._delete(session_id, stale_before, None)
+        return await self._delete(session_ids, stale_before, None)
 
     async def delete_expired(
-        self, session_id: str, now: datetime, default_ttl: float | None
-    ) -> bool:
-        return await self._delete(session_id, None, (now, default_ttl))
+        self, session_ids: Sequence[str], now: datetime, default_ttl: float | None
+    ) -> list[str]:
+        return await self._delete(session_ids, None, (now, default_ttl))
+
+    async def delete_user(self, user_id: str) -> list[str]:
+        return await self._delete(None, None, None, user_id=user_id)
 
     async def _delete(
         self,
-        session_id: str,
+        session_ids: Sequence[str] | None,
         stale_before: datetime | None,
         expiry: tuple[datetime, float | None] | None,
-    ) -> bool:
-        session = self._sql.delete[3]
-
-        async def run(conn: Any, phase: _Phase) -> bool:
-            await conn.execute("BEGIN")
-            # Lock first, delete in later statements: they see everything committed
-            # by writers that held the session row before us.
-            row = await conn.fetchrow(self._extra_sql.delete_lock_ttl, session_id)
-            if row is None or _keep(row[0], row[1], stale_before, expiry):
-                await conn.execute("ROLLBACK")
-                return False
-            for table in SESSION_TABLES:
-                await conn.execute(
-                    f"DELETE FROM {self._names.table(table)} WHERE session_id = $1", session_id
-                )
-            await conn.execute(self._extra_sql.branches_delete, session_id)
-            await conn.execute(session, session_id)
-            phase.commit_sent = True
-            await conn.execute("COMMIT")
-            return True
-
-        return await self._run("delete_session", run)
-
-    async def delete_user(self, user_id: str) -> list[str]:
+        *,
+        user_id: str | None = None,
+    ) -> list[str]:
+        """Delete, in one transaction, each session (of ``session_ids``, or of
+        ``user_id``) that still qualifies once its row is locked; the ids deleted."""
         sessions = self._names.table("sessions")
+        key: str | list[str]
+        if user_id is None:
+            lock, key = self._extra_sql.delete_lock_many, list(session_ids or ())
+        else:
+            lock, key = self._extra_sql.delete_lock_user, user_id
 
         async def run(conn: Any, phase: _Phase) -> list[str]:
             await conn.execute("BEGIN")
-            rows = await conn.fetch(
-                f"SELECT session_id FROM {sessions} WHERE user_id = $1 "
-                "ORDER BY session_id FOR UPDATE",
-                user_id,
-            )
-            ids = [row[0] for row in rows]
+            # Lock first (in id order: concurrent deletes cannot deadlock), delete in
+            # later statements: they see everything committed by writers that held a
+            # session row before us.
+            rows = await conn.fetch(lock, key)
+            ids = [row[0] for row in rows if not _keep(row[1], row[2], stale_before, expiry)]
+            if not ids:
+                await conn.execute("ROLLBACK")
+                return []
             for table in SESSION_TABLES:
                 await conn.execute(
                     f"DELETE FROM {self._names.table(table)} WHERE session_id = ANY($1::text[])",
                     ids,
                 )
-            await conn.execute(
-                f"DELETE FROM {self._names.table('branches')} WHERE source_id = ANY($1::text[])",
-                ids,
-            )
+            await conn.execute(self._extra_sql.branches_delete, ids)
             await conn.execute(f"DELETE FROM {sessions} WHERE session_id = ANY($1::text[])", ids)
             phase.commit_sent = True
             await conn.execute("COMMIT")
             return ids
 
-        return await self._run("delete_user", run)
+        return await self._run("delete_user" if user_id is not None else "delete_session", run)
 
     async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
         rows = await self._fetch("read", self._extra_sql.load_versioned, session_id, limit)

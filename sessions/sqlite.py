@@ -622,28 +622,30 @@ def _keep(
 
 def _delete(
     conn: sqlite3.Connection,
-    session_id: str,
+    session_ids: Sequence[str],
     stale_before: float | None,
     expiry: _Expiry | None = None,
-) -> bool:
+) -> list[str]:
+    """Delete, in one transaction, each session that (checked inside it) still
+    qualifies; the ids of those that existed."""
+    deleted: list[str] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        if _keep(conn, session_id, stale_before, expiry):
-            conn.execute("COMMIT")
-            return False
-        for table in SESSION_TABLES:
-            conn.execute(f'DELETE FROM "{table}" WHERE session_id = ?', (session_id,))
-        conn.execute("DELETE FROM txs_branches WHERE source_id = ?", (session_id,))
-        existed = (
-            conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,)).rowcount
-            > 0
-        )
+        for session_id in session_ids:
+            if _keep(conn, session_id, stale_before, expiry):
+                continue
+            for table in SESSION_TABLES:
+                conn.execute(f'DELETE FROM "{table}" WHERE session_id = ?', (session_id,))
+            conn.execute("DELETE FROM txs_branches WHERE source_id = ?", (session_id,))
+            gone = conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,))
+            if gone.rowcount > 0:
+                deleted.append(session_id)
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return existed
+    return deleted
 
 
 #: Every table with per-session rows, but ``txs_sessions``: what deleting a session
@@ -915,9 +917,10 @@ class SQLiteBackend:
         return [_info(row) for row in rows]
 
     async def delete_expired(
-        self, session_id: str, now: datetime, default_ttl: float | None
-    ) -> bool:
-        return await self._run("delete", _delete, session_id, None, (now.timestamp(), default_ttl))
+        self, session_ids: Sequence[str], now: datetime, default_ttl: float | None
+    ) -> list[str]:
+        expiry = (now.timestamp(), default_ttl)
+        return await self._run("delete", _delete, list(session_ids), None, expiry)
 
     async def delete_user(self, user_id: str) -> list[str]:
         return await self._run("delete_user", _delete_user, user_id)
@@ -942,11 +945,12 @@ class SQLiteBackend:
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         return await self._run("prune", _prune, cutoff.timestamp(), list(keep_prefixes))
 
-    async def delete_session(
-        self, session_id: str, *, stale_before: datetime | None = None
-    ) -> bool:
-        before = None if stale_before is None else stale_before.timestamp()
-        return await self._run("delete", _delete, session_id, before)
+    async def delete_session(self, session_id: str) -> bool:
+        return bool(await self._run("delete", _delete, [session_id], None))
+
+    async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:
+        before = stale_before.timestamp()
+        return await self._run("delete", _delete, list(session_ids), before)
 
 
 _INFO_NAMES = (

@@ -337,7 +337,7 @@ async def test_purge_by_ttl_keeps_a_session_written_after_it_was_listed(
     listed = await backend.expired_sessions(now, 3600.0, limit=1000, after=None)
     assert sid in {i.session_id for i in listed}
     await _commit(store, sid)  # written meanwhile
-    assert await backend.delete_expired(sid, now, 3600.0) is False
+    assert await backend.delete_expired([sid], now, 3600.0) == []
     assert await store.session_info(sid) is not None
 
 

@@ -87,6 +87,67 @@ async def test_purge_works_through_many_pages(store: Store[Any], target: Target,
         assert await store.session_info(session_id) is None
 
 
+async def _stale(store: Store[Any], target: Target, ids: list[str]) -> None:
+    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
+    for session_id in ids:
+        session = store.session(session_id)
+        await session.add_items([msg(session_id)])
+        await session.commit()
+        await raw.execute(
+            target,
+            f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {raw.param(target, 1)}",
+            session_id,
+        )
+
+
+async def test_purge_deletes_a_page_in_several_transactions_of_at_most_purge_sessions(
+    store: Store[Any], target: Target, sid: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sessions._store as store_module
+
+    ids = [f"{sid}-{i}" for i in range(7)]
+    await _stale(store, target, ids)
+    backend: Any = store.backend
+    calls: list[list[str]] = []
+    delete_stale = backend.delete_stale
+
+    async def counted(session_ids: list[str], stale_before: Any) -> list[str]:
+        calls.append(list(session_ids))
+        deleted: list[str] = await delete_stale(session_ids, stale_before)
+        return deleted
+
+    monkeypatch.setattr(backend, "delete_stale", counted)
+    monkeypatch.setattr(store_module, "PURGE_SESSIONS", 3)
+    gone = await store.purge(timedelta(days=30))  # one page (500) holds all 7
+    assert sorted(i.session_id for i in gone if i.session_id.startswith(sid)) == ids
+    assert all(len(call) <= 3 for call in calls)
+    assert sorted(s for call in calls for s in call if s.startswith(sid)) == ids
+    assert len([call for call in calls if any(s.startswith(sid) for s in call)]) >= 3
+    for session_id in ids:
+        assert await store.session_info(session_id) is None
+
+
+async def test_delete_stale_keeps_a_session_written_after_it_was_listed_and_deletes_the_rest(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    from datetime import datetime, timezone
+
+    ids = [f"{sid}-{i}" for i in range(4)]
+    await _stale(store, target, ids)
+    cutoff = datetime.now(timezone.utc) - timedelta(days=30)
+    backend: Any = store.backend
+    listed = [i.session_id for i in await backend.stale_sessions(cutoff, limit=10_000)]
+    assert set(ids) <= set(listed)
+    written = store.session(ids[2])
+    await written.add_items([msg("late")])
+    await written.commit()
+    deleted = await backend.delete_stale(ids, cutoff)
+    assert sorted(deleted) == [ids[0], ids[1], ids[3]]
+    assert await store.session(ids[2]).get_items() == [msg(ids[2]), msg("late")]
+    for session_id in (ids[0], ids[1], ids[3]):
+        assert await store.session_info(session_id) is None
+
+
 async def test_pruning_batch_records_keeps_recent_ones(
     store: Store[Any], target: Target, sid: str
 ) -> None:
