@@ -244,11 +244,35 @@ async def measure(dsn: str, stores: list[Store], reps: int, rounds: int) -> Resu
                 op: {"median_ms": statistics.median(t) * 1e3, "samples": len(t)}
                 for op, t in samples[s.name].items()
             }
+            out[s.name]["list_page_buffers"] = await _page_buffers(s, 100)
             out[s.name].update(await _deletes(s))
         return out
     finally:
         for s in stores:
             await s.store.close()
+
+
+async def _page_buffers(s: Store, pages: int) -> Result:
+    """Where a ``list_sessions`` page's blocks come from: PostgreSQL's own buffer cache
+    (hit) or outside it (read: the OS page cache or the disk), by ``EXPLAIN (ANALYZE,
+    BUFFERS)`` of the store's own listing statement on ``pages`` random pages."""
+    sql = s.store.backend._sql.list
+    hit = read = 0
+    async with s.store.pool.acquire() as conn:
+        shared_buffers = str(await conn.fetchval("SHOW shared_buffers"))
+        for _ in range(pages):
+            plan = await conn.fetchval(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) {sql}", s.some_id(), 100
+            )
+            top = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]
+            hit += int(top["Shared Hit Blocks"])
+            read += int(top["Shared Read Blocks"])
+    return {
+        "pages": pages,
+        "shared_buffers": shared_buffers,
+        "hit_per_page": hit / pages,
+        "read_per_page": read / pages,
+    }
 
 
 async def _deletes(s: Store) -> Result:
@@ -432,6 +456,18 @@ def render(result: Result) -> str:
         ],
         rows,
     )
+    buffers = [small.get("list_page_buffers"), large.get("list_page_buffers")]
+    if all(buffers):
+        bs, bl = buffers
+        lines += [
+            "",
+            f"Where a `list_sessions` page's blocks come from (`EXPLAIN (ANALYZE, BUFFERS)` of "
+            f"the store's listing statement, {bl['pages']} random pages per store, "
+            f"`shared_buffers` = {bl['shared_buffers']}): small store {bs['hit_per_page']:.1f} "
+            f"blocks from PostgreSQL's buffer cache and {bs['read_per_page']:.1f} read from "
+            f"outside it per page; large store {bl['hit_per_page']:.1f} and "
+            f"{bl['read_per_page']:.1f}.",
+        ]
     lines += [
         "",
         f"Bytes per item in the large store: items table {sz['items_table']:.0f}, its "
