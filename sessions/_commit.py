@@ -89,7 +89,7 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
     outcome of that attempt is then unknown, and the caller records it so. The store
     counts the commit as in flight meanwhile (its ``close()`` waits for it).
     """
-    async with store.commit_slot("commit") as backend:
+    with store.commit_slot("commit") as backend:
         marks = store.write_marks
         began = marks.begin(session_id)
         observer = HOOK.observer

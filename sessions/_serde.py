@@ -69,6 +69,8 @@ def encode_item(item: Any, index: int = 0) -> str:
             index=index,
             item_type=type(item).__name__,
         ) from exc
+    if text.isascii():  # O(1) in CPython: no surrogate to look for
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -37,29 +37,50 @@ class DeadlineExceeded(Exception):
         self.finished = finished
 
 
-async def _wait(task: asyncio.Future[T], until: float | None) -> asyncio.CancelledError | None:
+class _Waiting:
+    """The caller's current waiter, which the work wakes itself as it ends (one loop
+    iteration sooner than a done callback of its task would)."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self) -> None:
+        self.waiter: asyncio.Future[None] | None = None
+
+    def wake(self, _: object = None) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+async def _run(work: Awaitable[T], waiting: _Waiting) -> T:
+    try:
+        return await work
+    finally:
+        waiting.wake()
+
+
+async def _wait(
+    task: asyncio.Future[T], waiting: _Waiting, until: float | None
+) -> asyncio.CancelledError | None:
     """Wait for ``task`` until loop time ``until``; the caller's first cancellation, if any.
 
     One future and one timer per wait, nothing else (``asyncio.wait`` makes sets and
-    more callbacks): this runs for every commit."""
+    more callbacks): this runs for every commit. The task's done callback also wakes the
+    caller, for a task that ends without running its work (cancelled before it started)."""
     loop = asyncio.get_running_loop()
     cancelled: asyncio.CancelledError | None = None
     expired = False
 
-    def wake(_: object = None) -> None:
-        if not waiter.done():
-            waiter.set_result(None)
-
     def expire() -> None:
         nonlocal expired
         expired = True
-        wake()
+        waiting.wake()
 
     while not task.done() and not expired:
         if until is not None and until <= loop.time():
             break
-        waiter = loop.create_future()
-        task.add_done_callback(wake)
+        waiter = waiting.waiter = loop.create_future()
+        task.add_done_callback(waiting.wake)
         timer = None if until is None else loop.call_at(until, expire)
         try:
             await waiter
@@ -67,7 +88,8 @@ async def _wait(task: asyncio.Future[T], until: float | None) -> asyncio.Cancell
             if cancelled is None:
                 cancelled = exc
         finally:
-            task.remove_done_callback(wake)
+            waiting.waiter = None
+            task.remove_done_callback(waiting.wake)
             if timer is not None:
                 timer.cancel()
     return cancelled
@@ -89,12 +111,13 @@ async def shielded(work: Awaitable[T], *, timeout: float | None, grace: float = 
     ``timeout=None`` waits as long as the work takes.
     """
     loop = asyncio.get_running_loop()
-    task = asyncio.ensure_future(work)
+    waiting = _Waiting()
+    task = loop.create_task(_run(work, waiting))
     deadline = None if timeout is None else loop.time() + timeout
-    cancelled = await _wait(task, deadline)
+    cancelled = await _wait(task, waiting, deadline)
     if not task.done():
         task.cancel()
-        again = await _wait(task, loop.time() + grace)
+        again = await _wait(task, waiting, loop.time() + grace)
         cancelled = cancelled or again
         if not task.done() or task.cancelled():
             finished = task.done()

@@ -96,11 +96,11 @@ class _CommitSlot:
     def __init__(self, store: Store[Any]) -> None:
         self._store = store
 
-    async def __aenter__(self) -> Backend:
+    def __enter__(self) -> Backend:
         self._store._enter_commit()
         return self._store.backend
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self._store._leave_commit()
 
 
@@ -185,7 +185,7 @@ class Store(AsyncResource, Generic[S]):
         self._check_loop(operation)
 
     def commit_slot(self, operation: str) -> _CommitSlot:
-        """``async with store.commit_slot(op) as backend``: one commit that ``close()``
+        """``with store.commit_slot(op) as backend``: one commit that ``close()``
         waits for (retries included). Refused once the store is closing."""
         self.check_usable(operation)
         return _CommitSlot(self)
