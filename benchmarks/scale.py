@@ -281,9 +281,11 @@ async def _deletes(s: Store) -> Result:
     t0 = time.perf_counter()
     pruned = await s.store.prune_batch_records(older_than=cutoff)
     prune_s = time.perf_counter() - t0
+    before = await _server_counters(s)
     t0 = time.perf_counter()
     purged = await s.store.purge(cutoff)
     purge_s = time.perf_counter() - t0
+    after = await _server_counters(s)
     items = sum(info.item_count for info in purged)
     return {
         "prune": {"rows": pruned, "seconds": prune_s, "us_per_row": prune_s * 1e6 / max(pruned, 1)},
@@ -293,7 +295,26 @@ async def _deletes(s: Store) -> Result:
             "seconds": purge_s,
             "us_per_session": purge_s * 1e6 / max(len(purged), 1),
             "us_per_item": purge_s * 1e6 / max(items, 1),
+            "wal_bytes_per_item": (after["wal"] - before["wal"]) / max(items, 1),
+            "checkpoints": after["checkpoints"] - before["checkpoints"],
+            "blocks_read_per_item": (after["read"] - before["read"]) / max(items, 1),
         },
+    }
+
+
+async def _server_counters(s: Store) -> dict[str, int]:
+    """WAL position, checkpoints so far and blocks read from outside PostgreSQL's buffer
+    cache in this database: what a purge costs the engine."""
+    async with s.store.pool.acquire() as conn:
+        row = await conn.fetchrow(
+            "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn AS wal, "
+            "(SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter) AS checkpoints, "
+            "(SELECT blks_read FROM pg_stat_database WHERE datname = current_database()) AS read"
+        )
+    return {
+        "wal": int(row["wal"]),
+        "checkpoints": int(row["checkpoints"]),
+        "read": int(row["read"]),
     }
 
 
@@ -467,6 +488,16 @@ def render(result: Result) -> str:
             f"blocks from PostgreSQL's buffer cache and {bs['read_per_page']:.1f} read from "
             f"outside it per page; large store {bl['hit_per_page']:.1f} and "
             f"{bl['read_per_page']:.1f}.",
+        ]
+    ps, pl = small["purge"], large["purge"]
+    if "wal_bytes_per_item" in pl:
+        lines += [
+            "",
+            f"What `purge` cost the engine, per item deleted: WAL {ps['wal_bytes_per_item']:,.0f} "
+            f"bytes (small store) and {pl['wal_bytes_per_item']:,.0f} (large); blocks read from "
+            f"outside PostgreSQL's buffer cache {ps['blocks_read_per_item']:.2f} and "
+            f"{pl['blocks_read_per_item']:.2f}; checkpoints during it {ps['checkpoints']} and "
+            f"{pl['checkpoints']}.",
         ]
     lines += [
         "",
