@@ -37,12 +37,12 @@ class Config:
     def full(cls) -> Config:
         return cls(
             quick=False,
-            a_turns=150,
+            a_turns=400,
             a_rounds=9,
             b_runs=30,
             b_rounds=7,
             concurrency=[1, 10, 100, 500],
-            c_turns=600,
+            c_turns=2000,
             c_timeout=60.0,
             c_rounds=3,
             pool=20,
