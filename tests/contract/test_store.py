@@ -71,16 +71,7 @@ async def test_purge_removes_only_stale_sessions_and_dry_run_removes_nothing(
 
 async def test_purge_works_through_many_pages(store: Store[Any], target: Target, sid: str) -> None:
     ids = [f"{sid}-{i}" for i in range(7)]
-    for session_id in ids:
-        session = store.session(session_id)
-        await session.add_items([msg(session_id)])
-        await session.commit()
-    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id LIKE {raw.param(target, 1)}",
-        f"{sid}-%",
-    )
+    await _stale(store, target, ids)
     gone = await store.purge(timedelta(days=30), page_size=2)
     assert sorted(i.session_id for i in gone if i.session_id.startswith(sid)) == ids
     for session_id in ids:
