@@ -2,8 +2,8 @@
 
 AnyIO's doctrine (``move_on_after(..., shield=True)``): shield only work that is
 bounded, and always re-raise the caller's cancellation. :func:`shielded` runs the work
-in a task of its own and holds the caller's cancellations (however often they are
-repeated) until the work ends, but never past a deadline. At the deadline the work is
+in the caller's own task, step by step, and holds the caller's cancellations (however
+often they are repeated) until the work ends, but never past a deadline. At the deadline the work is
 cancelled and given a short grace period to clean up; then the caller is released
 whatever the work is doing: with its ``CancelledError`` if it was cancelled (so
 ``asyncio.timeout`` and task groups still see it), else with :class:`DeadlineExceeded`.
@@ -12,7 +12,9 @@ whatever the work is doing: with its ``CancelledError`` if it was cancelled (so
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+import contextvars
+import types
+from collections.abc import Awaitable, Generator
 from typing import Any, TypeVar
 
 __all__ = ["GRACE", "DeadlineExceeded", "shielded"]
@@ -37,67 +39,191 @@ class DeadlineExceeded(Exception):
         self.finished = finished
 
 
-class _Waiting:
-    """The caller's current waiter, which the work wakes itself as it ends (one loop
-    iteration sooner than a done callback of its task would)."""
-
-    __slots__ = ("waiter",)
-
-    def __init__(self) -> None:
-        self.waiter: asyncio.Future[None] | None = None
-
-    def wake(self, _: object = None) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+def _wake(proxy: asyncio.Future[None]) -> None:
+    if not proxy.done():
+        proxy.set_result(None)
 
 
-async def _run(work: Awaitable[T], waiting: _Waiting) -> T:
-    try:
-        return await work
-    finally:
-        waiting.wake()
+class _Wake:
+    """Done callback of the future the work waits on: wakes the caller's current proxy."""
 
+    __slots__ = ("proxy",)
 
-async def _wait(
-    task: asyncio.Future[T], waiting: _Waiting, until: float | None
-) -> asyncio.CancelledError | None:
-    """Wait for ``task`` until loop time ``until``; the caller's first cancellation, if any.
+    def __init__(self, proxy: asyncio.Future[None]) -> None:
+        self.proxy = proxy
 
-    One future and one timer per wait, nothing else (``asyncio.wait`` makes sets and
-    more callbacks): this runs for every commit. The task's done callback also wakes the
-    caller, for a task that ends without running its work (cancelled before it started)."""
-    loop = asyncio.get_running_loop()
-    cancelled: asyncio.CancelledError | None = None
-    expired = False
-
-    def expire() -> None:
-        nonlocal expired
-        expired = True
-        waiting.wake()
-
-    while not task.done() and not expired:
-        if until is not None and until <= loop.time():
-            break
-        waiter = waiting.waiter = loop.create_future()
-        task.add_done_callback(waiting.wake)
-        timer = None if until is None else loop.call_at(until, expire)
-        try:
-            await waiter
-        except asyncio.CancelledError as exc:
-            if cancelled is None:
-                cancelled = exc
-        finally:
-            waiting.waiter = None
-            task.remove_done_callback(waiting.wake)
-            if timer is not None:
-                timer.cancel()
-    return cancelled
+    def __call__(self, _: object = None) -> None:
+        _wake(self.proxy)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
     if not task.cancelled():
         task.exception()  # retrieved: no "exception was never retrieved" noise
+
+
+@types.coroutine
+def _resume(
+    steps: Generator[Any, Any, T], waited: Any, context: contextvars.Context
+) -> Generator[Any, Any, T]:
+    """The rest of a work left to run on its own (past its deadline and grace), in a task
+    of its own: no shield any more, its waits go straight to that task."""
+    error: BaseException | None = None
+    while True:
+        if waited is not None:
+            waited._asyncio_future_blocking = True
+            try:
+                if not waited.done():
+                    yield waited
+            except BaseException as exc:  # noqa: BLE001 - handed to the work, as a task would
+                error = exc
+        elif error is None:
+            yield None
+        try:
+            if error is not None:
+                waited = context.run(steps.throw, error)
+            else:
+                waited = context.run(steps.send, None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        error = None
+
+
+class _Clock:
+    """The deadline of one shielded work: one timer for the whole work (not one per
+    wait), which wakes whatever proxy the caller waits on when it expires."""
+
+    __slots__ = ("expired", "proxy", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
+        self.expired = False
+        self.proxy: asyncio.Future[None] | None = None
+        self.timer = None if timeout is None else loop.call_later(timeout, self.expire)
+
+    def expire(self) -> None:
+        self.expired = True
+        if self.proxy is not None:
+            _wake(self.proxy)
+
+    def restart(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        self.stop()
+        self.expired = False
+        self.timer = loop.call_later(seconds, self.expire)
+
+    def stop(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+
+@types.coroutine
+def _drive(work: Awaitable[T], timeout: float | None, grace: float) -> Generator[Any, Any, T]:
+    """Run ``work`` step by step inside the calling task (no task of its own).
+
+    The calling task never waits on what the work waits on: it waits on a private
+    proxy future that the work's future (or the deadline) completes, so a cancellation
+    of the caller cancels only the proxy. It is noted, and the work goes on. This costs
+    a future and a callback per suspension of the work, where a task of its own costs a
+    task, a waiter and two more turns of the event loop per call.
+    """
+    loop = asyncio.get_running_loop()
+    steps = work.__await__()
+    context = contextvars.copy_context()  # the work's own, as a task of its own would have
+    clock = _Clock(loop, timeout)
+    try:
+        return (yield from _steps(loop, steps, context, clock, timeout, grace))
+    finally:
+        clock.stop()
+
+
+def _wait(
+    loop: asyncio.AbstractEventLoop, waited: Any, clock: _Clock
+) -> Generator[Any, Any, asyncio.CancelledError | None]:
+    """Make the calling task wait until ``waited`` is done (``None``: one turn of the
+    loop) or the clock expires, through proxies; the caller's first cancellation, if any."""
+    cancelled: asyncio.CancelledError | None = None
+    while not clock.expired and not (waited is not None and waited.done()):
+        proxy = clock.proxy = loop.create_future()
+        proxy._asyncio_future_blocking = True
+        wake = None
+        if waited is not None:
+            wake = _Wake(proxy)
+            waited.add_done_callback(wake)
+        else:
+            loop.call_soon(_wake, proxy)
+        try:
+            yield proxy
+        except asyncio.CancelledError as exc:
+            if cancelled is None:
+                cancelled = exc
+        finally:
+            clock.proxy = None
+            if wake is not None:
+                waited.remove_done_callback(wake)
+        if waited is None:
+            break  # its turn of the loop is over
+    return cancelled
+
+
+def _steps(
+    loop: asyncio.AbstractEventLoop,
+    steps: Generator[Any, Any, T],
+    context: contextvars.Context,
+    clock: _Clock,
+    timeout: float | None,
+    grace: float,
+) -> Generator[Any, Any, T]:
+    cancelled: asyncio.CancelledError | None = None
+    in_grace = False
+    error: BaseException | None = None  # to throw into the work at its next step
+    while True:
+        try:
+            if error is not None:
+                waited = context.run(steps.throw, error)
+            else:
+                waited = context.run(steps.send, None)
+        except StopIteration as stop:
+            if cancelled is not None:
+                raise cancelled from None
+            return stop.value  # type: ignore[no-any-return]
+        except asyncio.CancelledError as exc:
+            if in_grace:  # the work stopped on the deadline's cancellation
+                if cancelled is not None:
+                    raise cancelled from None
+                assert timeout is not None
+                raise DeadlineExceeded(timeout, finished=True) from None
+            raise cancelled or exc from None  # cancelled by someone else (say, shutdown)
+        except BaseException as failure:
+            if cancelled is not None:
+                raise cancelled from failure
+            raise
+        error = None
+        if waited is not None:
+            if getattr(waited, "_asyncio_future_blocking", None) is not True:
+                error = RuntimeError(f"bad yield in shielded work: {waited!r}")  # as a Task says
+                continue
+            waited._asyncio_future_blocking = False  # taken, as a Task takes it
+        # The work waits on ``waited`` (a future, or None: one turn of the loop).
+        caught = yield from _wait(loop, waited, clock)
+        if cancelled is None:
+            cancelled = caught
+        if not clock.expired or (waited is not None and waited.done()):
+            continue
+        if not in_grace:
+            # Out of time: cancel the work (as cancelling its task would) and give it
+            # ``grace`` seconds to end with an outcome of its own.
+            in_grace = True
+            clock.restart(loop, grace)
+            if waited is not None:
+                waited.cancel()
+            error = asyncio.CancelledError()
+            continue
+        # Out of grace too: the work goes on in the background; the caller is released.
+        rest = loop.create_task(_resume(steps, waited, context))
+        rest.add_done_callback(_consume)
+        if cancelled is not None:
+            raise cancelled
+        assert timeout is not None
+        raise DeadlineExceeded(timeout, finished=False)
 
 
 async def shielded(work: Awaitable[T], *, timeout: float | None, grace: float = GRACE) -> T:
@@ -107,32 +233,8 @@ async def shielded(work: Awaitable[T], *, timeout: float | None, grace: float = 
     meanwhile, the first ``CancelledError`` is raised instead (chained to the work's
     failure, if any). If the deadline passes, the work is cancelled; if it ends within
     ``grace`` seconds with a result or an error of its own, that is the outcome, else the
-    caller gets its ``CancelledError`` or :class:`DeadlineExceeded`.
-    ``timeout=None`` waits as long as the work takes.
+    caller gets its ``CancelledError`` or :class:`DeadlineExceeded` (and the work goes
+    on in a task of its own until it ends). ``timeout=None`` waits as long as the work
+    takes. The work runs in the caller's task and context (see :func:`_drive`).
     """
-    loop = asyncio.get_running_loop()
-    waiting = _Waiting()
-    task = loop.create_task(_run(work, waiting))
-    deadline = None if timeout is None else loop.time() + timeout
-    cancelled = await _wait(task, waiting, deadline)
-    if not task.done():
-        task.cancel()
-        again = await _wait(task, waiting, loop.time() + grace)
-        cancelled = cancelled or again
-        if not task.done() or task.cancelled():
-            finished = task.done()
-            if not finished:
-                task.add_done_callback(_consume)
-            if cancelled is not None:
-                raise cancelled
-            assert timeout is not None
-            raise DeadlineExceeded(timeout, finished=finished)
-        # The work reacted to its cancellation with an outcome of its own: report that.
-    if task.cancelled():  # someone else cancelled the work itself (say, loop shutdown)
-        raise cancelled or asyncio.CancelledError()
-    failure = task.exception()
-    if cancelled is not None:
-        raise cancelled from failure
-    if failure is not None:
-        raise failure
-    return task.result()
+    return await _drive(work, timeout, grace)

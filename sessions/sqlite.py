@@ -47,7 +47,7 @@ from ._policy import (
 from ._session import BufferedSession
 from ._store import Store
 from ._validate import validate_seconds
-from ._worker import Worker, WorkerStoppedError, deliver
+from ._worker import Worker, WorkerStoppedError
 from .errors import ConflictError, StorageError, StoreClosedError, TransientStorageError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteBackend", "SQLiteSession", "SQLiteStore"]
@@ -436,20 +436,25 @@ class _Group:
     thread hop then serve every session that committed meanwhile.
     """
 
-    __slots__ = ("closed", "done", "entries", "lock")
+    __slots__ = ("closed", "entries", "lock", "loop", "waiters")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, entry: tuple[str, Sequence[Batch]]) -> None:
+        self.loop = loop
         self.entries = [entry]
+        # One future per entry, each its caller's own: cancelling one caller cancels
+        # nothing of the others' (no asyncio.shield, one turn of the loop fewer).
+        self.waiters: list[asyncio.Future[_Outcome | BaseException]] = [loop.create_future()]
         self.closed = False
         self.lock = threading.Lock()
-        self.done: asyncio.Future[_Outcome | BaseException] = loop.create_future()
 
     def join(self, entry: tuple[str, Sequence[Batch]]) -> int | None:
         """Add ``entry``; its index, or ``None`` if the worker already took the group."""
+        waiter: asyncio.Future[_Outcome | BaseException] = self.loop.create_future()
         with self.lock:
             if self.closed:
                 return None
             self.entries.append(entry)
+            self.waiters.append(waiter)
             return len(self.entries) - 1
 
     def take(self) -> list[tuple[str, Sequence[Batch]]]:
@@ -465,12 +470,23 @@ class _Group:
             outcome = _apply_group(conn, self.take())
         except BaseException as exc:  # noqa: BLE001 - handed to every waiter
             outcome = exc
-        deliver(self.done, outcome)
+        self._deliver(outcome)
 
     def fail(self, error: BaseException) -> None:
         """The worker stopped before running the group: nothing of it was applied."""
         self.take()
-        deliver(self.done, error)
+        self._deliver(error)
+
+    def _deliver(self, outcome: _Outcome | BaseException) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self._complete, outcome)
+        except RuntimeError:
+            pass  # the event loop is closed: nobody is waiting any more
+
+    def _complete(self, outcome: _Outcome | BaseException) -> None:
+        for waiter in self.waiters:
+            if not waiter.done():  # else its caller was cancelled (it asks by batch id)
+                waiter.set_result(outcome)
 
 
 def _apply_group(conn: sqlite3.Connection, entries: list[tuple[str, Sequence[Batch]]]) -> _Outcome:
@@ -795,13 +811,12 @@ class SQLiteBackend:
         entry = (session_id, batches)
         loop = asyncio.get_running_loop()
         group = self._group
-        joinable = group is not None and group.done.get_loop() is loop
-        index = group.join(entry) if group is not None and joinable else None
+        index = group.join(entry) if group is not None and group.loop is loop else None
         if group is None or index is None:
             group = self._group = _Group(loop, entry)
             index = 0
             self._worker.submit(group)
-        outcome = await asyncio.shield(group.done)
+        outcome = await group.waiters[index]
         if index == 0 and not isinstance(outcome, BaseException):
             observer = HOOK.observer
             if observer is not None:

@@ -174,3 +174,36 @@ async def test_commits_one_after_another_are_not_held_back(
         await session.add_items([msg(str(i))])
         await session.commit()
     assert await transactions_of(target, [sid]) == count * 3
+
+
+async def test_callers_cancelled_while_their_commits_wait_in_a_group_get_it_after_every_commit_landed(
+    store: Store[Any], target: Target
+) -> None:
+    """Every other caller is cancelled (twice) while the group waits for the write lock:
+    those callers get ``CancelledError`` only once their commit is stored, nothing of any
+    commit is lost or doubled, and the callers left alone are not disturbed."""
+    run = uuid.uuid4().hex[:8]
+    order = [f"c-{run}-{i}" for i in range(EARLY + 6)]
+    proxy = install_proxy(store)
+    sessions = {sid: store.session(sid) for sid in order}
+    for sid, session in sessions.items():
+        await session.add_items([msg(sid), msg("second")])
+    async with writes_held(target):
+        tasks = {sid: asyncio.ensure_future(sessions[sid].commit()) for sid in order}
+        await until(lambda: proxy.apply_calls == len(order), "every commit reached the backend")
+        cancelled = order[1::2]
+        for _ in range(2):
+            for sid in cancelled:
+                tasks[sid].cancel()
+            await asyncio.sleep(0.05)
+        # Held: no caller is released while the database still holds its commit back.
+        assert not any(task.done() for task in tasks.values())
+    outcomes = await asyncio.gather(*tasks.values(), return_exceptions=True)
+    results = dict(zip(order, outcomes, strict=True))
+    for sid in order:
+        if sid in cancelled:
+            assert isinstance(results[sid], asyncio.CancelledError), (sid, results[sid])
+        else:
+            assert results[sid] is None, (sid, results[sid])
+        assert await stored(target, sid) == [msg(sid), msg("second")], sid
+        assert sessions[sid].pending.items == 0, sid  # known applied: nothing left staged

@@ -1,0 +1,228 @@
+"""The bounded shield (``sessions._shield.shielded``) on its own: every commit runs in it.
+
+Each test drives real asyncio tasks and futures; none relies on timing except the
+deadline tests, whose bounds are wide (a deadline of 0.05 s against work of 10 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import sys
+from typing import Any
+
+import pytest
+
+from sessions._shield import DeadlineExceeded, shielded
+
+pytestmark = pytest.mark.asyncio
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_returns_the_work_result_and_raises_its_error() -> None:
+    async def ok() -> int:
+        await asyncio.sleep(0)
+        return 7
+
+    async def bad() -> int:
+        await asyncio.sleep(0)
+        raise KeyError("boom")
+
+    assert await shielded(ok(), timeout=None) == 7
+    with pytest.raises(KeyError, match="boom"):
+        await shielded(bad(), timeout=5)
+
+
+async def test_work_that_never_suspends_runs_to_its_result() -> None:
+    async def instant() -> str:
+        return "done"
+
+    assert await shielded(instant(), timeout=1) == "done"
+
+
+async def test_a_cancelled_caller_waits_for_the_work_then_gets_its_cancellation() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    steps: list[str] = []
+
+    async def work() -> None:
+        steps.append("started")
+        await gate
+        steps.append("after gate")
+        await asyncio.sleep(0)
+        steps.append("finished")
+
+    caller = asyncio.ensure_future(shielded(work(), timeout=10))
+    await _settle()
+    for _ in range(3):  # repeated cancellations are held too
+        caller.cancel()
+        await _settle()
+    assert not caller.done()
+    assert not gate.cancelled()  # the work's own future was never cancelled
+    gate.set_result(None)
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert steps == ["started", "after gate", "finished"]
+
+
+async def test_the_cancellation_is_raised_chained_to_the_work_failure() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def work() -> None:
+        await gate
+        raise ValueError("after")
+
+    caller = asyncio.ensure_future(shielded(work(), timeout=10))
+    await _settle()
+    caller.cancel()
+    await _settle()
+    gate.set_result(None)
+    with pytest.raises(asyncio.CancelledError) as info:
+        await caller
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+async def test_a_deadline_cancels_the_work_and_raises_deadline_exceeded() -> None:
+    seen: list[str] = []
+
+    async def work() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    with pytest.raises(DeadlineExceeded) as info:
+        await shielded(work(), timeout=0.05)
+    assert info.value.finished is True
+    assert info.value.timeout == 0.05
+    assert seen == ["cancelled"]
+
+
+async def test_work_outliving_its_grace_goes_on_in_the_background() -> None:
+    release: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    steps: list[str] = []
+
+    async def work() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            steps.append("cleanup started")
+            await release  # a cleanup that takes longer than the grace
+            steps.append("cleanup ended")
+            raise
+
+    with pytest.raises(DeadlineExceeded) as info:
+        await shielded(work(), timeout=0.02, grace=0.02)
+    assert info.value.finished is False
+    assert steps == ["cleanup started"]
+    release.set_result(None)
+    await _settle()
+    assert steps == ["cleanup started", "cleanup ended"]
+
+
+async def test_work_reacting_to_the_deadline_with_an_outcome_reports_it() -> None:
+    async def work() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            return "rolled back cleanly"
+        return "never"
+
+    assert await shielded(work(), timeout=0.02) == "rolled back cleanly"
+
+
+async def test_a_cancelled_caller_past_the_deadline_gets_its_cancellation() -> None:
+    async def work() -> None:
+        await asyncio.sleep(10)
+
+    caller = asyncio.ensure_future(shielded(work(), timeout=0.05))
+    await _settle()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.timeout is new in 3.11")
+async def test_asyncio_timeout_around_it_still_raises_timeout_error_after_the_work() -> None:
+    steps: list[str] = []
+
+    async def work() -> None:
+        await asyncio.sleep(0.05)
+        steps.append("finished")
+
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.01):  # type: ignore[attr-defined]
+            await shielded(work(), timeout=10)
+    assert steps == ["finished"]
+
+
+async def test_a_future_is_shielded_as_well_as_a_coroutine() -> None:
+    fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    caller = asyncio.ensure_future(shielded(fut, timeout=10))
+    await _settle()
+    caller.cancel()
+    await _settle()
+    assert not fut.cancelled()
+    fut.set_result(3)
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+
+async def test_work_cancelled_by_someone_else_raises_cancelled_error() -> None:
+    inner: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def work() -> None:
+        await inner
+
+    caller = asyncio.ensure_future(shielded(work(), timeout=10))
+    await _settle()
+    inner.cancel()  # say, the loop shutting down cancels what the work waits on
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+
+
+async def test_the_work_sees_the_callers_context_variables() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var", default="unset")
+    var.set("caller")
+
+    async def work() -> str:
+        await asyncio.sleep(0)
+        return var.get()
+
+    assert await shielded(work(), timeout=1) == "caller"
+
+
+async def test_many_callers_cancelled_together_all_finish_their_work() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    finished: list[int] = []
+
+    async def work(n: int) -> None:
+        await gate
+        await asyncio.sleep(0)
+        finished.append(n)
+
+    callers = [asyncio.ensure_future(shielded(work(n), timeout=10)) for n in range(20)]
+    await _settle()
+    for caller in callers:
+        caller.cancel()
+    await _settle()
+    gate.set_result(None)
+    outcomes: list[Any] = await asyncio.gather(*callers, return_exceptions=True)
+    assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
+    assert sorted(finished) == list(range(20))
+
+
+async def test_context_variables_the_work_sets_stay_its_own() -> None:
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("var2", default="unset")
+
+    async def work() -> str:
+        var.set("work")
+        await asyncio.sleep(0)
+        return var.get()
+
+    assert await shielded(work(), timeout=1) == "work"
+    assert var.get() == "unset"
