@@ -61,6 +61,15 @@ def _consume(task: asyncio.Future[Any]) -> None:
         task.exception()  # retrieved: no "exception was never retrieved" noise
 
 
+def _advance(
+    steps: Generator[Any, Any, Any], context: contextvars.Context, error: BaseException | None
+) -> Any:
+    """One step of the work, in its context: what it waits on next (or StopIteration)."""
+    if error is not None:
+        return context.run(steps.throw, error)
+    return context.run(steps.send, None)
+
+
 @types.coroutine
 def _resume(
     steps: Generator[Any, Any, T], waited: Any, context: contextvars.Context
@@ -79,10 +88,7 @@ def _resume(
         elif error is None:
             yield None
         try:
-            if error is not None:
-                waited = context.run(steps.throw, error)
-            else:
-                waited = context.run(steps.send, None)
+            waited = _advance(steps, context, error)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
         error = None
@@ -177,10 +183,7 @@ def _steps(
     error: BaseException | None = None  # to throw into the work at its next step
     while True:
         try:
-            if error is not None:
-                waited = context.run(steps.throw, error)
-            else:
-                waited = context.run(steps.send, None)
+            waited = _advance(steps, context, error)
         except StopIteration as stop:
             if cancelled is not None:
                 raise cancelled from None
