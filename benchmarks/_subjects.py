@@ -31,6 +31,8 @@ import time
 import uuid
 from typing import Any
 
+import orjson
+
 from ._data import Item
 
 SQLITE = "sqlite"
@@ -483,7 +485,9 @@ _FLOOR_ALL = "SELECT data FROM floor_items WHERE session_id = ? ORDER BY id"
 
 
 def _dumps(items: list[Item]) -> list[str]:
-    return [json.dumps(item, separators=(",", ":")) for item in items]
+    """The floors' encoding: orjson, as our sessions encode staged items (a floor does
+    the least work that writes the rows; json would be slower)."""
+    return [orjson.dumps(item).decode() for item in items]
 
 
 class RawSQLite(Subject):

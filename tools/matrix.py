@@ -122,10 +122,12 @@ CELLS: tuple[Cell, ...] = (
     Cell(
         "lowest-deps",
         "3.11",
-        # The lower bound of every optional dependency (pyproject.toml's extras):
-        # asyncpg 0.30 is the first with create_pool(reset=...), which the backend's own
-        # pools use; typer and rich run the CLI; opentelemetry the otel extra's tests.
+        # The lower bound of orjson and of every optional dependency (pyproject.toml's
+        # extras): asyncpg 0.30 is the first with create_pool(reset=...), which the
+        # backend's own pools use; typer and rich run the CLI; opentelemetry the otel
+        # extra's tests.
         (
+            "orjson==3.10.0",
             "asyncpg==0.30.0",
             "typer==0.20.0",
             "rich==13.0.0",
@@ -133,7 +135,7 @@ CELLS: tuple[Cell, ...] = (
             "opentelemetry-sdk==1.45.0",
         ),
         (*CONTRACT, "tests/test_cli.py"),
-        "lowest asyncpg, typer, rich, opentelemetry: contract suite and CLI tests",
+        "lowest orjson, asyncpg, typer, rich, opentelemetry: contract suite and CLI tests",
     ),
     Cell(
         "wheel",

@@ -8,8 +8,10 @@ pops) are spec checks of ``sessions.testing``, run on every backend by
 
 from __future__ import annotations
 
+import enum
 import gc
 import types
+import uuid
 from typing import Any
 
 import pytest
@@ -23,6 +25,10 @@ def msg(text: str, role: str = "user") -> dict[str, Any]:
     return {"role": role, "content": text}
 
 
+class Colour(enum.Enum):
+    RED = "red"
+
+
 # ------------------------------------------------------------------ line 1: add_items
 
 
@@ -34,6 +40,8 @@ def msg(text: str, role: str = "user") -> dict[str, Any]:
         ({"x": float("nan")}, "dict"),
         ({"x": float("inf")}, "dict"),
         ({"x": object()}, "dict"),
+        ({"x": uuid.UUID(int=1)}, "dict"),
+        ({"x": [Colour.RED]}, "dict"),
         ({1: "non-str key"}, "dict"),
         ({"x": "lone \ud800 surrogate"}, "dict"),
         ({"x": "\ud800\udc00"}, "dict"),
@@ -55,6 +63,23 @@ async def test_invalid_item_raises_typeerror_naming_index_and_type_and_stages_no
     assert "item 2" in str(info.value) and type_name in str(info.value)
     assert session.pending.items == 1
     assert await session.get_items() == [msg("kept")]
+
+
+async def test_items_beyond_the_fast_encoder_are_stored_and_read_back_equal(
+    store: Store[Any], sid: str
+) -> None:
+    deep: Any = "leaf"
+    for _ in range(300):
+        deep = [deep]
+    items = [
+        {"n": 2**70, "m": -(2**64)},
+        {"deep": deep},
+        {"f": [1e16, 1e-7, -0.0, 5e-324], "t": "é \u2028 \x00"},
+    ]
+    session = store.session(sid)
+    await session.add_items(items)
+    await session.commit()
+    assert await store.session(sid).get_items() == items
 
 
 async def test_add_items_rejects_a_non_list(store: Store[Any], sid: str) -> None:
