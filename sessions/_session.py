@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import uuid
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -30,6 +29,7 @@ from ._backend import (
     TurnBackend,
     TurnRecord,
     TurnUsage,
+    new_batch_id,
 )
 from ._branching import Branch, fork_history, list_branches
 from ._catalogue import KEEP, info_change
@@ -442,7 +442,7 @@ class BufferedSession(AsyncResource):
                 tail = turns[-1].last_key
                 after = turns[to_turn - 1].last_key if to_turn else 0
             change = RewindChange(after if to_turn is not None else None)
-            batch = Batch(uuid.uuid4().hex, False, (), (), tail=tail, rewind=change)
+            batch = Batch(new_batch_id(), False, (), (), tail=tail, rewind=change)
             outcome = await apply_batches(store, self.session_id, [batch])
             if outcome.error is not None:
                 raise outcome.error
@@ -713,7 +713,7 @@ class BufferedSession(AsyncResource):
             return False
         if self._autocommit:
             batch = Batch(
-                uuid.uuid4().hex,
+                new_batch_id(),
                 True,
                 (),
                 tuple(texts),
@@ -773,7 +773,7 @@ class BufferedSession(AsyncResource):
                 if plan is None or plan.keep:
                     return False
                 batch = Batch(
-                    uuid.uuid4().hex,
+                    new_batch_id(),
                     False,
                     tuple(plan.pops),
                     tuple(texts),

@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import enum
 import threading
-import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from ._backend import Batch, InfoChange, RunStateChange, TurnRecord, TurnUsage
+from ._backend import Batch, InfoChange, RunStateChange, TurnRecord, TurnUsage, new_batch_id
 from ._catalogue import merge_info
 from ._history import Shape
 
@@ -92,7 +91,7 @@ class Stage:
     )
 
     def __init__(self) -> None:
-        self.batch_id = uuid.uuid4().hex
+        self.batch_id = new_batch_id()
         self.clear = False
         self.pops: list[int] = []
         self.items: list[str] = []
