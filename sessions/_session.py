@@ -1089,9 +1089,10 @@ class BufferedSession(AsyncResource):
                 f"commit(expected_version=...) on session {self.session_id!r}: "
                 f"{type(store.backend).__name__} keeps no session versions"
             )
-        if self.integrity != "off" and store.backend.idempotent:
-            await self._settle_before_judging()
         doubtful = set(self._staging.unresolved())
+        if doubtful and self.integrity != "off" and store.backend.idempotent:
+            await self._settle_before_judging()
+            doubtful = set(self._staging.unresolved())
         batches = self._staging.seal(expected_version)
         if not batches:
             return
