@@ -268,3 +268,28 @@ async def test_commits_with_a_version_condition_or_a_catalogue_entry_take_the_tr
         assert len(await session.get_items()) == 3 and session.version == 3
     finally:
         await store.close()
+
+
+async def test_a_hundred_sessions_committing_in_a_loop_never_leave_in_a_group_of_more_than_half(
+    pg: None, pg_schema: str
+) -> None:
+    """The convoy ``_GROUP_SPLIT_MIN`` breaks: without the share bound, the callers of
+    one group all commit again in one turn of the event loop and the groups grow to
+    nearly every session (98 of 100 before the bound)."""
+    store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=2, max_size=4)
+    run = uuid.uuid4().hex[:8]
+
+    async def writer(i: int) -> None:
+        session = store.session(f"c-{run}-{i}")
+        for turn in range(20):
+            await session.add_items([msg(f"{i}.{turn}")])
+            await session.commit()
+
+    try:
+        await asyncio.gather(*(writer(i) for i in range(100)))
+        stats = store.postgres.group_stats
+        assert stats.commits == 2000
+        assert stats.transactions < 2000  # groups did form
+        assert 16 < stats.largest <= 50, stats
+    finally:
+        await store.close()
