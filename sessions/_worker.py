@@ -28,7 +28,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from .errors import StorageError
 
-__all__ = ["Call", "Job", "Worker", "WorkerStoppedError", "deliver"]
+__all__ = ["Call", "Job", "Worker", "WorkerStoppedError", "call_in_loop", "deliver"]
 
 logger = logging.getLogger("sessions")
 
@@ -48,6 +48,16 @@ class Job(Protocol):
     def fail(self, error: BaseException) -> None: ...
 
 
+def call_in_loop(
+    loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any
+) -> None:
+    """From the worker thread: run ``callback(*args)`` on ``loop`` (if still open)."""
+    try:
+        loop.call_soon_threadsafe(callback, *args)
+    except RuntimeError:
+        pass  # the event loop is closed: nobody is waiting any more
+
+
 def deliver(
     future: asyncio.Future[Any], result: Any = None, error: BaseException | None = None
 ) -> None:
@@ -61,10 +71,7 @@ def deliver(
         else:
             future.set_result(result)
 
-    try:
-        future.get_loop().call_soon_threadsafe(complete)
-    except RuntimeError:
-        pass  # the event loop is closed: nobody is waiting any more
+    call_in_loop(future.get_loop(), complete)
 
 
 class Call(Generic[T]):

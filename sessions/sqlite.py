@@ -47,7 +47,7 @@ from ._policy import (
 from ._session import BufferedSession
 from ._store import Store
 from ._validate import validate_seconds
-from ._worker import Worker, WorkerStoppedError
+from ._worker import Worker, WorkerStoppedError, call_in_loop
 from .errors import ConflictError, StorageError, StoreClosedError, TransientStorageError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteBackend", "SQLiteSession", "SQLiteStore"]
@@ -478,10 +478,7 @@ class _Group:
         self._deliver(error)
 
     def _deliver(self, outcome: _Outcome | BaseException) -> None:
-        try:
-            self.loop.call_soon_threadsafe(self._complete, outcome)
-        except RuntimeError:
-            pass  # the event loop is closed: nobody is waiting any more
+        call_in_loop(self.loop, self._complete, outcome)
 
     def _complete(self, outcome: _Outcome | BaseException) -> None:
         for waiter in self.waiters:
