@@ -416,6 +416,9 @@ class _Locker:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(30)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
 
 
 async def _stored(path: Path, session_id: str) -> list[Any]:
