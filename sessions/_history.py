@@ -117,9 +117,10 @@ def shape_of(item: dict[str, Any]) -> Shape:
     """What the rules read of a staged item (a ``dict`` with string keys), taken
     before it is encoded: a small dict the rules judge exactly as the stored item.
 
-    The rules compare these fields to strings and test whether ``role`` is present,
-    nothing else: a ``str`` is kept, any other value becomes ``None`` (not a string,
-    before and after JSON; the caller's objects are not held). ``None`` for the whole
+    The rules compare these fields to strings, test whether ``role`` is present and
+    whether a field is null, nothing else: a ``str`` and ``None`` are kept, any other
+    value becomes ``0`` (neither a string nor null, before and after JSON; the caller's
+    objects are not held). ``None`` for the whole
     item when a field holds an instance of a ``str`` subclass, whose comparisons may
     differ from the plain string JSON stores: its text is decoded then.
     """
@@ -132,7 +133,7 @@ def shape_of(item: dict[str, Any]) -> Shape:
             elif isinstance(value, str):
                 return None
             else:
-                shape[name] = None
+                shape[name] = None if value is None else 0
     return shape
 
 

@@ -209,6 +209,8 @@ _ITEMS = st.dictionaries(
 @given(items=st.lists(_ITEMS, max_size=8), finished=st.booleans())
 @example(items=[{"type": "reasoning"}, {"role": _IntEqualToAll(0)}], finished=False)
 @example(items=[{"type": "reasoning"}, {"role": _EqualToAll("user")}], finished=False)
+# A non-string call_id is not a missing one: no falling back to the item's id.
+@example(items=[{"type": "local_shell_call_output", "id": "c1", "call_id": 0}], finished=False)
 def test_the_rules_judge_a_staged_items_shape_exactly_as_its_stored_json(
     items: list[dict[str, Any]], finished: bool
 ) -> None:
