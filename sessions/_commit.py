@@ -51,9 +51,9 @@ __all__ = [
 logger = logging.getLogger("sessions")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: built on every commit, plain assignments are cheaper
 class Outcome:
-    """What :func:`apply_batches` found out."""
+    """What :func:`apply_batches` found out (never changed once made)."""
 
     applied: frozenset[str]
     """Ids of the batches known to be applied (all of them when ``error`` is ``None``)."""
@@ -78,6 +78,8 @@ def retry_advice(backend: Backend) -> str:
 
 
 def _ids(batches: Sequence[Batch]) -> frozenset[str]:
+    if len(batches) == 1:
+        return frozenset((batches[0].batch_id,))
     return frozenset(batch.batch_id for batch in batches)
 
 
@@ -100,7 +102,8 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
                 outcome = await _observed(observer, backend, store.retry, session_id, batches)
         finally:
             mark = marks.end(began)
-        return Outcome(outcome.applied, outcome.error, outcome.attempts, mark, began.previous)
+        outcome.mark, outcome.previous = mark, began.previous
+        return outcome
 
 
 async def _observed(

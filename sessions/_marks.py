@@ -36,7 +36,7 @@ class _Cell:
         self.mark = mark
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen (cheaper to make, on every commit); never changed
 class Began:
     """A write that began: its session's cell, its mark, and the mark just before it
     (``None``: no session object remembered one)."""
@@ -46,7 +46,7 @@ class Began:
     previous: int | None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen (cheaper to make, on every commit); never changed
 class Held:
     """The mark a write that ran alone ended with: valid while it is still the
     session's (:attr:`valid`)."""

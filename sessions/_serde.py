@@ -88,6 +88,8 @@ def encode_item(item: Any, index: int = 0) -> str:
 
 
 def _item_list(items: Iterable[Any]) -> list[Any]:
+    if type(items) is list:  # the usual case, without the ABC check below
+        return items
     if isinstance(items, (str, bytes, dict)) or not isinstance(items, Iterable):
         raise InvalidItemError(
             f"add_items() takes a list of items, not a {type(items).__name__}",

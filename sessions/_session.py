@@ -51,7 +51,7 @@ from ._sdk import (
     serialize_run_state,
 )
 from ._serde import decode_item, decode_rows, encode_staged
-from ._shield import DeadlineExceeded, shielded
+from ._shield import DeadlineExceeded, drive, shielded
 from ._staging import PendingChanges, Staging
 from ._turns import Turn, build_turns, coerce_usage, span_of
 from ._validate import (
@@ -930,7 +930,7 @@ class BufferedSession(AsyncResource):
         staging, i.e. whether a staged batch is in flight or in doubt).
         """
         try:
-            return await shielded(work(), timeout=self.commit_timeout)
+            return await drive(work(), self.commit_timeout)  # shielded(), one frame fewer
         except DeadlineExceeded as exc:
             store = self.store
             backend = None if store is None else store.backend
@@ -979,7 +979,8 @@ class BufferedSession(AsyncResource):
         if store is None:
             assert self._owned is not None
             store = await self._owned.get(operation)
-        store.check_usable(f"{operation}() on session {self.session_id!r}")
+        if not store.usable_here():
+            store.check_usable(f"{operation}() on session {self.session_id!r}")
         return store
 
     async def _backend(self, operation: str) -> Backend:
@@ -1083,14 +1084,17 @@ class BufferedSession(AsyncResource):
 
     async def _commit_locked(self, expected_version: int | None = None) -> None:
         """With the lock held: send every staged batch through the commit path."""
-        store = await self._ready_store("commit")
+        store = self._store
+        if store is None or not store.usable_here():
+            store = await self._ready_store("commit")
         if expected_version is not None and not isinstance(store.backend, CatalogueBackend):
             raise SessionError(
                 f"commit(expected_version=...) on session {self.session_id!r}: "
                 f"{type(store.backend).__name__} keeps no session versions"
             )
+        integrity = self.integrity
         doubtful = set(self._staging.unresolved())
-        if doubtful and self.integrity != "off" and store.backend.idempotent:
+        if doubtful and integrity != "off" and store.backend.idempotent:
             await self._settle_before_judging()
             doubtful = set(self._staging.unresolved())
         batches = self._staging.seal(expected_version)
@@ -1101,7 +1105,7 @@ class BufferedSession(AsyncResource):
         known = self._known_tail()
         self._known = None
         try:
-            batches = await judge(store.backend, self.session_id, batches, self.integrity, known)
+            batches = await judge(store.backend, self.session_id, batches, integrity, known)
         except BaseException as exc:
             self._staging.failed(known=True, unknown=doubtful)  # nothing was sent
             if isinstance(exc, StorageError):
@@ -1126,7 +1130,7 @@ class BufferedSession(AsyncResource):
         if expected_version is not None:
             self._version = expected_version + len(batches)
         held = outcome.mark
-        if held is not None and self.integrity != "off" and store.backend.idempotent:
+        if held is not None and integrity != "off" and store.backend.idempotent:
             mine = None if remembered is None else remembered[0]
             ran_after_mine = (
                 mine is not None and mine.cell is held.cell and outcome.previous == mine.mark

@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import types
-from collections.abc import Awaitable, Generator
+import weakref
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
-__all__ = ["GRACE", "DeadlineExceeded", "shielded"]
+__all__ = ["GRACE", "DeadlineExceeded", "Firm", "drive", "shielded"]
 
 T = TypeVar("T")
 
@@ -37,6 +38,28 @@ class DeadlineExceeded(Exception):
         super().__init__(f"did not finish within {timeout:g}s")
         self.timeout = timeout
         self.finished = finished
+
+
+class Firm(asyncio.Future[T]):
+    """A future of ours that shielded work waits on (a commit's outcome): the shield
+    makes the caller wait on it directly, without a proxy (a future, a callback and a
+    turn of the loop fewer per wait).
+
+    While the shield waits on it, ``cancel()`` is refused and noted: asyncio's
+    ``Task.cancel()`` then cancels the task itself as soon as the future is done, which
+    the shield takes as the caller's cancellation (held, like any other). Anywhere
+    else (awaited outside a shield, or by work left to run past its deadline) it is a
+    plain future.
+    """
+
+    _held = False
+    _asked = False
+
+    def cancel(self, msg: Any = None) -> bool:
+        if self._held:
+            self._asked = True
+            return False
+        return super().cancel(msg)
 
 
 def _wake(proxy: asyncio.Future[None]) -> None:
@@ -94,21 +117,98 @@ def _resume(
         error = None
 
 
-class _Clock:
-    """The deadline of one shielded work: one timer for the whole work (not one per
-    wait), which wakes whatever proxy the caller waits on when it expires."""
+class _Watch:
+    """The deadlines of one event loop's shielded works, behind one timer.
 
-    __slots__ = ("expired", "proxy", "timer")
+    A work's deadline is a dict entry, not a timer of its own: nearly every work ends
+    long before it, and a timer per work costs a handle, a heap push and a cancel
+    (and a heap that fills with cancelled handles under load). The one timer is armed
+    for the earliest deadline it knows of; when it fires, it expires the works that
+    are past theirs and is armed again for the earliest of the rest.
+    """
+
+    __slots__ = ("clocks", "due", "loop", "timer")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop: Callable[[], asyncio.AbstractEventLoop | None]
+        try:
+            self.loop = weakref.ref(loop)  # the registry's key: its value must not keep it
+        except TypeError:  # a loop without weak references (its watch is not kept)
+            self.loop = lambda: loop
+        self.clocks: dict[_Clock, float] = {}
+        self.timer: asyncio.TimerHandle | None = None
+        self.due = float("inf")
+
+    def add(self, loop: asyncio.AbstractEventLoop, clock: _Clock, timeout: float) -> None:
+        when = loop.time() + timeout
+        self.clocks[clock] = when
+        if when < self.due:
+            self._arm(loop, when)
+
+    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.due = when
+        self.timer = loop.call_at(when, self._fire, loop)
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.timer, self.due = None, float("inf")
+        now = loop.time()
+        late = [clock for clock, when in self.clocks.items() if when <= now]
+        for clock in late:
+            del self.clocks[clock]
+            clock.expire()
+        if self.clocks:
+            self._arm(loop, min(self.clocks.values()))
+
+
+_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watch] = weakref.WeakKeyDictionary()
+_last: _Watch | None = None  # the last loop's: one lookup fewer per work
+
+
+def _watch(loop: asyncio.AbstractEventLoop) -> _Watch:
+    global _last
+    watch = _last
+    if watch is None or watch.loop() is not loop:
+        try:
+            watch = _watches.get(loop)
+            if watch is None:
+                watch = _watches[loop] = _Watch(loop)
+        except TypeError:  # a loop without weak references: a watch for this work only
+            return _Watch(loop)
+        _last = watch
+    return watch
+
+
+class _Clock:
+    """The deadline of one shielded work (an entry of its loop's :class:`_Watch`; a
+    timer of its own only for the grace period), which wakes whatever the caller
+    waits on when it expires: its proxy, or a :class:`Firm` future (released, then
+    cancelled, as cancelling the work's task at its deadline would)."""
+
+    __slots__ = ("expired", "firm", "proxy", "released", "timer", "watch")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
         self.expired = False
         self.proxy: asyncio.Future[None] | None = None
-        self.timer = None if timeout is None else loop.call_later(timeout, self.expire)
+        self.firm: Firm[Any] | None = None
+        self.released: Firm[Any] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.watch: _Watch | None = None
+        if timeout is not None:
+            self.watch = _watch(loop)
+            self.watch.add(loop, self, timeout)
 
     def expire(self) -> None:
+        self.watch = None
         self.expired = True
         if self.proxy is not None:
             _wake(self.proxy)
+        firm = self.firm
+        if firm is not None:
+            firm._held = False
+            self.released = firm
+            firm.cancel()
 
     def restart(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
         self.stop()
@@ -116,20 +216,27 @@ class _Clock:
         self.timer = loop.call_later(seconds, self.expire)
 
     def stop(self) -> None:
+        if self.watch is not None:
+            self.watch.clocks.pop(self, None)
+            self.watch = None
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None
 
 
 @types.coroutine
-def _drive(work: Awaitable[T], timeout: float | None, grace: float) -> Generator[Any, Any, T]:
+def drive(
+    work: Awaitable[T], timeout: float | None, grace: float = GRACE
+) -> Generator[Any, Any, T]:
     """Run ``work`` step by step inside the calling task (no task of its own).
 
     The calling task never waits on what the work waits on: it waits on a private
     proxy future that the work's future (or the deadline) completes, so a cancellation
     of the caller cancels only the proxy. It is noted, and the work goes on. This costs
     a future and a callback per suspension of the work, where a task of its own costs a
-    task, a waiter and two more turns of the event loop per call.
+    task, a waiter and two more turns of the event loop per call. A :class:`Firm`
+    future (a commit's outcome, made by our backends) is waited on directly instead:
+    it refuses the cancellation while the shield holds it.
     """
     loop = asyncio.get_running_loop()
     steps = work.__await__()
@@ -147,6 +254,22 @@ def _wait(
     """Make the calling task wait until ``waited`` is done (``None``: one turn of the
     loop) or the clock expires, through proxies; the caller's first cancellation, if any."""
     cancelled: asyncio.CancelledError | None = None
+    if waited.__class__ is Firm:
+        while not clock.expired and not waited.done():
+            waited._held = True
+            waited._asyncio_future_blocking = True
+            clock.firm = waited
+            try:
+                yield waited
+            except asyncio.CancelledError as exc:
+                # Ours if refused while held (the task took it once the future was
+                # done); else the clock released and cancelled the future.
+                if cancelled is None and waited._asked:
+                    cancelled = exc
+            finally:
+                waited._held = False
+                clock.firm = None
+        return cancelled
     while not clock.expired and not (waited is not None and waited.done()):
         proxy = clock.proxy = loop.create_future()
         proxy._asyncio_future_blocking = True
@@ -209,7 +332,9 @@ def _steps(
         caught = yield from _wait(loop, waited, clock)
         if cancelled is None:
             cancelled = caught
-        if not clock.expired or (waited is not None and waited.done()):
+        if not clock.expired or (
+            waited is not None and waited.done() and waited is not clock.released
+        ):
             continue
         if not in_grace:
             # Out of time: cancel the work (as cancelling its task would) and give it
@@ -238,6 +363,6 @@ async def shielded(work: Awaitable[T], *, timeout: float | None, grace: float = 
     ``grace`` seconds with a result or an error of its own, that is the outcome, else the
     caller gets its ``CancelledError`` or :class:`DeadlineExceeded` (and the work goes
     on in a task of its own until it ends). ``timeout=None`` waits as long as the work
-    takes. The work runs in the caller's task and context (see :func:`_drive`).
+    takes. The work runs in the caller's task and context (see :func:`drive`).
     """
-    return await _drive(work, timeout, grace)
+    return await drive(work, timeout, grace)

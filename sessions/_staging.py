@@ -185,17 +185,17 @@ class Staging:
             self._stages.append(Stage())
         return self._stages[-1]
 
-    @_atomic
     def add(self, texts: list[str], shapes: list[Shape]) -> None:
         """Stage encoded items (appended at commit, in order) with their shapes."""
-        if len(shapes) != len(texts):
-            raise ValueError("add(): one shape per text")
-        if texts:
-            stage = self._writable()
-            if stage.run_id is None:
-                stage.run_id = self.run_id
-            stage.items.extend(texts)
-            stage.shapes.extend(shapes)
+        with self._mutex:
+            if len(shapes) != len(texts):
+                raise ValueError("add(): one shape per text")
+            if texts:
+                stage = self._writable()
+                if stage.run_id is None:
+                    stage.run_id = self.run_id
+                stage.items.extend(texts)
+                stage.shapes.extend(shapes)
 
     @_atomic
     def add_usage(self, usage: TurnUsage) -> bool:
@@ -312,10 +312,10 @@ class Staging:
             info=any(stage.info is not None for stage in self._stages),
         )
 
-    @_atomic
     def __bool__(self) -> bool:
         """``True`` when anything is staged (whatever its state)."""
-        return any(not stage.empty() for stage in self._stages)
+        with self._mutex:
+            return any(not stage.empty() for stage in self._stages)
 
     @_atomic
     def in_doubt(self) -> bool:
@@ -324,7 +324,6 @@ class Staging:
 
     # ------------------------------------------------------------------ commit protocol
 
-    @_atomic
     def seal(self, expected_version: int | None = None) -> list[Batch]:
         """Mark every non-empty stage ``SENT`` and return their batches, in order.
 
@@ -334,26 +333,27 @@ class Staging:
         becomes the first batch's :attr:`~sessions.Batch.expect_version` (the caller
         settles unknown outcomes first, so that batch is one that was never applied).
         """
-        self._stages = [stage for stage in self._stages if not stage.empty()]
-        batches: list[Batch] = []
-        version = self.run_state_version
-        for index, stage in enumerate(self._stages):
-            stage.state = StageState.SENT
-            batches.append(stage.freeze(version, expected_version if index == 0 else None))
-            if stage.run_state is not None and version is not None:
-                version += 1
-        return batches
+        with self._mutex:
+            self._stages = [stage for stage in self._stages if not stage.empty()]
+            batches: list[Batch] = []
+            version = self.run_state_version
+            for index, stage in enumerate(self._stages):
+                stage.state = StageState.SENT
+                batches.append(stage.freeze(version, expected_version if index == 0 else None))
+                if stage.run_state is not None and version is not None:
+                    version += 1
+            return batches
 
-    @_atomic
     def applied(self, batch_ids: Collection[str]) -> None:
         """Drop the stages whose batches are known to be applied."""
-        kept: list[Stage] = []
-        for stage in self._stages:
-            if stage.batch_id not in batch_ids:
-                kept.append(stage)
-            elif stage.run_state is not None and self.run_state_version is not None:
-                self.run_state_version += 1
-        self._stages = kept
+        with self._mutex:
+            kept: list[Stage] = []
+            for stage in self._stages:
+                if stage.batch_id not in batch_ids:
+                    kept.append(stage)
+                elif stage.run_state is not None and self.run_state_version is not None:
+                    self.run_state_version += 1
+            self._stages = kept
 
     @_atomic
     def failed(self, *, known: bool, unknown: Collection[str] = ()) -> None:
@@ -368,10 +368,10 @@ class Staging:
                 stage.state = StageState.UNKNOWN if doubt else StageState.OPEN
         self._merge()
 
-    @_atomic
     def unresolved(self) -> list[str]:
         """Ids of the ``UNKNOWN`` stages, to ask the database about."""
-        return [stage.batch_id for stage in self._stages if stage.state is StageState.UNKNOWN]
+        with self._mutex:
+            return [stage.batch_id for stage in self._stages if stage.state is StageState.UNKNOWN]
 
     @_atomic
     def resolve(self, applied: Collection[str]) -> None:

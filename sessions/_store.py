@@ -29,7 +29,7 @@ from ._policy import (
     min_record_age,
     validate_integrity,
 )
-from ._resource import AsyncResource
+from ._resource import AsyncResource, Lifecycle
 from ._validate import validate_positive_int, validate_seconds, validate_session_id
 from .errors import SessionError, StoreClosedError
 
@@ -184,10 +184,16 @@ class Store(AsyncResource, Generic[S]):
         self._check_open(operation)
         self._check_loop(operation)
 
+    def usable_here(self) -> bool:
+        """Open and bound to the running event loop (what :meth:`check_usable` checks,
+        without building its error message: commits ask this first)."""
+        return self._lifecycle is Lifecycle.OPEN and self._loop is asyncio.get_running_loop()
+
     def commit_slot(self, operation: str) -> _CommitSlot:
         """``with store.commit_slot(op) as backend``: one commit that ``close()``
         waits for (retries included). Refused once the store is closing."""
-        self.check_usable(operation)
+        if not self.usable_here():
+            self.check_usable(operation)
         return _CommitSlot(self)
 
     def _enter_commit(self) -> None:

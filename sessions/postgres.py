@@ -61,6 +61,7 @@ from ._policy import (
 )
 from ._redact import redact
 from ._session import BufferedSession
+from ._shield import Firm
 from ._store import Store
 from ._validate import validate_identifier, validate_positive_int, validate_seconds
 from .errors import ConflictError, StorageError, StoreClosedError, TransientStorageError
@@ -1003,7 +1004,7 @@ class PostgresBackend:
                 self._kick()
             outcome = outcomes[0]
         else:
-            entry.done = asyncio.get_running_loop().create_future()
+            entry.done = Firm(loop=asyncio.get_running_loop())
             self._inflight += 1  # settled by the send that takes it (or when withdrawn)
             grouper.pending.append(entry)
             self._kick()

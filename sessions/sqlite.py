@@ -45,6 +45,7 @@ from ._policy import (
     validate_integrity,
 )
 from ._session import BufferedSession
+from ._shield import Firm
 from ._store import Store
 from ._validate import validate_seconds
 from ._worker import Worker, WorkerStoppedError, call_in_loop
@@ -443,13 +444,13 @@ class _Group:
         self.entries = [entry]
         # One future per entry, each its caller's own: cancelling one caller cancels
         # nothing of the others' (no asyncio.shield, one turn of the loop fewer).
-        self.waiters: list[asyncio.Future[_Outcome | BaseException]] = [loop.create_future()]
+        self.waiters: list[asyncio.Future[_Outcome | BaseException]] = [Firm(loop=loop)]
         self.closed = False
         self.lock = threading.Lock()
 
     def join(self, entry: tuple[str, Sequence[Batch]]) -> int | None:
         """Add ``entry``; its index, or ``None`` if the worker already took the group."""
-        waiter: asyncio.Future[_Outcome | BaseException] = self.loop.create_future()
+        waiter: asyncio.Future[_Outcome | BaseException] = Firm(loop=self.loop)
         with self.lock:
             if self.closed:
                 return None

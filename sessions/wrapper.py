@@ -428,6 +428,9 @@ class _InnerStore(Store["TransactionalSession"]):
         far as the wrapped session may (the SDK's ``SQLiteSession`` may)."""
         self._check_open(operation)
 
+    def usable_here(self) -> bool:
+        return not self.closed
+
     def session(
         self,
         session_id: str,

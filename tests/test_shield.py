@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sessions._shield import DeadlineExceeded, shielded
+from sessions._shield import DeadlineExceeded, Firm, _watch, shielded
 
 pytestmark = pytest.mark.asyncio
 
@@ -226,3 +226,115 @@ async def test_context_variables_the_work_sets_stay_its_own() -> None:
 
     assert await shielded(work(), timeout=1) == "work"
     assert var.get() == "unset"
+
+
+# ------------------------------------------------------------ Firm futures (our own waits)
+
+
+def _firm() -> Firm[int]:
+    return Firm(loop=asyncio.get_running_loop())
+
+
+async def test_a_firm_future_refuses_the_callers_cancel_until_the_work_has_its_result() -> None:
+    firm = _firm()
+    got: list[int] = []
+
+    async def work() -> None:
+        got.append(await firm)
+
+    caller = asyncio.ensure_future(shielded(work(), timeout=10))
+    await _settle()
+    for _ in range(3):  # refused while the shield holds it, each time
+        caller.cancel()
+        await _settle()
+    assert not firm.cancelled()
+    assert not caller.done()
+    firm.set_result(5)
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert got == [5]
+
+
+async def test_a_firm_future_wakes_its_shielded_caller_one_loop_turn_sooner_than_a_proxy() -> None:
+    """Without a proxy, the caller resumes in the loop turn after the result is set."""
+    for make in (_firm, lambda: asyncio.get_running_loop().create_future()):
+        waited = make()
+        caller = asyncio.ensure_future(shielded(waited, timeout=10))
+        await _settle()
+        waited.set_result(1)
+        await asyncio.sleep(0)  # one turn: the caller's wake-up was queued before ours
+        assert caller.done() is isinstance(waited, Firm)
+        assert await caller == 1
+
+
+async def test_a_deadline_releases_a_firm_future_and_cancels_the_work_waiting_on_it() -> None:
+    firm = _firm()
+    seen: list[str] = []
+
+    async def work() -> None:
+        try:
+            await firm
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    with pytest.raises(DeadlineExceeded) as info:
+        await shielded(work(), timeout=0.05)
+    assert info.value.finished is True
+    assert firm.cancelled()
+    assert seen == ["cancelled"]
+
+
+async def test_a_caller_cancelled_in_a_firm_wait_is_released_at_the_deadline() -> None:
+    firm = _firm()
+
+    async def work() -> None:
+        await firm
+
+    caller = asyncio.ensure_future(shielded(work(), timeout=0.05))
+    await _settle()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert firm.cancelled()  # released at the deadline, then cancelled
+
+
+async def test_a_firm_future_outside_a_shield_is_cancelled_like_any_future() -> None:
+    firm = _firm()
+    waiter = asyncio.ensure_future(firm)
+    await _settle()
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert firm.cancelled()
+
+
+# ------------------------------------------------------------ deadlines share one timer
+
+
+async def test_a_shorter_deadline_set_after_a_longer_one_still_fires_on_time() -> None:
+    gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    async def slow() -> None:
+        await asyncio.sleep(10)
+
+    long = asyncio.ensure_future(shielded(gate, timeout=30))
+    await _settle()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(DeadlineExceeded):
+        await shielded(slow(), timeout=0.05)
+    assert loop.time() - started < 5  # not held until the 30 s deadline
+    gate.set_result(None)
+    await long
+
+
+async def test_finished_works_leave_no_deadline_behind() -> None:
+    async def quick(n: int) -> int:
+        await asyncio.sleep(0)
+        return n
+
+    assert await asyncio.gather(*(shielded(quick(n), timeout=5) for n in range(50))) == list(
+        range(50)
+    )
+    assert _watch(asyncio.get_running_loop()).clocks == {}
