@@ -42,8 +42,7 @@ class DeadlineExceeded(Exception):
 
 class Firm(asyncio.Future[T]):
     """A future of ours that shielded work waits on (a commit's outcome): the shield
-    makes the caller wait on it directly, without a proxy (a future, a callback and a
-    turn of the loop fewer per wait).
+    makes the caller wait on it directly (no :class:`_Relay` in between).
 
     While the shield waits on it, ``cancel()`` is refused and noted: asyncio's
     ``Task.cancel()`` then cancels the task itself as soon as the future is done, which
@@ -62,21 +61,71 @@ class Firm(asyncio.Future[T]):
         return super().cancel(msg)
 
 
-def _wake(proxy: asyncio.Future[None]) -> None:
-    if not proxy.done():
-        proxy.set_result(None)
+class _Relay:
+    """What the caller's task waits on while the work waits on a future not of ours
+    (asyncpg's, a sleep's): to the task a future that refuses cancellation (noted, as
+    a held :class:`Firm` does) and that steps the task as soon as the work's future is
+    done, in that future's own callback. A proxy future would take one more turn of
+    the loop per wait. The clock fires it at the deadline (the task then finds the
+    clock expired)."""
 
+    __slots__ = ("_asyncio_future_blocking", "_callback", "_context", "_loop", "asked", "fired")
 
-class _Wake:
-    """Done callback of the future the work waits on: wakes the caller's current proxy."""
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._asyncio_future_blocking = True
+        self._callback: Callable[[Any], object] | None = None
+        self._context: contextvars.Context | None = None
+        self.asked = False
+        self.fired = False
 
-    __slots__ = ("proxy",)
+    # What asyncio's Task asks of what it waits on.
+    def get_loop(self) -> asyncio.AbstractEventLoop:
+        return self._loop
 
-    def __init__(self, proxy: asyncio.Future[None]) -> None:
-        self.proxy = proxy
+    def add_done_callback(
+        self, fn: Callable[[Any], object], *, context: contextvars.Context | None = None
+    ) -> None:
+        if self.fired:
+            self._loop.call_soon(fn, self, context=context)
+        else:
+            self._callback, self._context = fn, context
 
-    def __call__(self, _: object = None) -> None:
-        _wake(self.proxy)
+    def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
+        if self._callback is not None and self._callback == fn:
+            self._callback = self._context = None
+            return 1
+        return 0
+
+    def cancel(self, msg: Any = None) -> bool:
+        self.asked = True
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def done(self) -> bool:
+        return self.fired
+
+    def result(self) -> None:
+        return None
+
+    def exception(self) -> None:
+        return None
+
+    def fire(self, _: object = None) -> None:
+        """Step the waiting task now (the work's future is done, or the clock expired)."""
+        if self.fired:
+            return
+        self.fired = True
+        callback, context = self._callback, self._context
+        self._callback = self._context = None
+        if callback is None:
+            return
+        if context is None:
+            callback(self)
+        else:
+            context.run(callback, self)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:
@@ -183,14 +232,14 @@ def _watch(loop: asyncio.AbstractEventLoop) -> _Watch:
 class _Clock:
     """The deadline of one shielded work (an entry of its loop's :class:`_Watch`; a
     timer of its own only for the grace period), which wakes whatever the caller
-    waits on when it expires: its proxy, or a :class:`Firm` future (released, then
-    cancelled, as cancelling the work's task at its deadline would)."""
+    waits on when it expires: its relay (fired), or a :class:`Firm` future (released,
+    then cancelled, as cancelling the work's task at its deadline would)."""
 
-    __slots__ = ("expired", "firm", "proxy", "released", "timer", "watch")
+    __slots__ = ("expired", "firm", "relay", "released", "timer", "watch")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
         self.expired = False
-        self.proxy: asyncio.Future[None] | None = None
+        self.relay: _Relay | None = None
         self.firm: Firm[Any] | None = None
         self.released: Firm[Any] | None = None
         self.timer: asyncio.TimerHandle | None = None
@@ -202,8 +251,8 @@ class _Clock:
     def expire(self) -> None:
         self.watch = None
         self.expired = True
-        if self.proxy is not None:
-            _wake(self.proxy)
+        if self.relay is not None:
+            self.relay.fire()
         firm = self.firm
         if firm is not None:
             firm._held = False
@@ -230,13 +279,13 @@ def drive(
 ) -> Generator[Any, Any, T]:
     """Run ``work`` step by step inside the calling task (no task of its own).
 
-    The calling task never waits on what the work waits on: it waits on a private
-    proxy future that the work's future (or the deadline) completes, so a cancellation
-    of the caller cancels only the proxy. It is noted, and the work goes on. This costs
-    a future and a callback per suspension of the work, where a task of its own costs a
-    task, a waiter and two more turns of the event loop per call. A :class:`Firm`
-    future (a commit's outcome, made by our backends) is waited on directly instead:
-    it refuses the cancellation while the shield holds it.
+    The calling task never waits on what the work waits on, so a cancellation of the
+    caller never reaches the work: it waits on a :class:`_Relay` that refuses the
+    cancellation (noted; asyncio's Task then delivers it when the relay fires, and it
+    is held until the work ends) and that steps the task from the work's future's own
+    done callback, or, for a :class:`Firm` future of ours, on that future itself (held
+    the same way). Either costs no more turns of the loop than awaiting the future
+    directly, where a task of its own costs a task, a waiter and two more turns.
     """
     loop = asyncio.get_running_loop()
     steps = work.__await__()
@@ -252,7 +301,7 @@ def _wait(
     loop: asyncio.AbstractEventLoop, waited: Any, clock: _Clock
 ) -> Generator[Any, Any, asyncio.CancelledError | None]:
     """Make the calling task wait until ``waited`` is done (``None``: one turn of the
-    loop) or the clock expires, through proxies; the caller's first cancellation, if any."""
+    loop) or the clock expires; the caller's first cancellation, if any."""
     cancelled: asyncio.CancelledError | None = None
     if waited.__class__ is Firm:
         while not clock.expired and not waited.done():
@@ -271,23 +320,20 @@ def _wait(
                 clock.firm = None
         return cancelled
     while not clock.expired and not (waited is not None and waited.done()):
-        proxy = clock.proxy = loop.create_future()
-        proxy._asyncio_future_blocking = True
-        wake = None
+        relay = clock.relay = _Relay(loop)
         if waited is not None:
-            wake = _Wake(proxy)
-            waited.add_done_callback(wake)
+            waited.add_done_callback(relay.fire)
         else:
-            loop.call_soon(_wake, proxy)
+            loop.call_soon(relay.fire)
         try:
-            yield proxy
-        except asyncio.CancelledError as exc:
+            yield relay
+        except asyncio.CancelledError as exc:  # refused, then taken once the relay fired
             if cancelled is None:
                 cancelled = exc
         finally:
-            clock.proxy = None
-            if wake is not None:
-                waited.remove_done_callback(wake)
+            clock.relay = None
+            if waited is not None and not relay.fired:
+                waited.remove_done_callback(relay.fire)
         if waited is None:
             break  # its turn of the loop is over
     return cancelled

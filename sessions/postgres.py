@@ -784,9 +784,10 @@ def _group_args(group: Sequence[_Entry]) -> list[tuple[Any, ...]]:
     order): every group locks session rows in the same order and cannot deadlock
     with another.
     """
+    ordered = group if len(group) == 1 else sorted(group, key=lambda e: e.session_id)
     return [
         (entry.session_id, batch.batch_id, list(batch.items), len(batch.items), *_turn_args(batch))
-        for entry in sorted(group, key=lambda e: e.session_id)
+        for entry in ordered
         for batch in entry.batches
     ]
 

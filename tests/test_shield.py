@@ -255,16 +255,18 @@ async def test_a_firm_future_refuses_the_callers_cancel_until_the_work_has_its_r
     assert got == [5]
 
 
-async def test_a_firm_future_wakes_its_shielded_caller_one_loop_turn_sooner_than_a_proxy() -> None:
-    """Without a proxy, the caller resumes in the loop turn after the result is set."""
+async def test_a_shielded_caller_resumes_in_the_loop_turn_a_direct_await_would() -> None:
+    """No proxy in between: the caller is stepped from the future's own callback (a
+    future of ours or not), in the turn after the result is set, as a direct await is."""
     for make in (_firm, lambda: asyncio.get_running_loop().create_future()):
-        waited = make()
-        caller = asyncio.ensure_future(shielded(waited, timeout=10))
-        await _settle()
-        waited.set_result(1)
-        await asyncio.sleep(0)  # one turn: the caller's wake-up was queued before ours
-        assert caller.done() is isinstance(waited, Firm)
-        assert await caller == 1
+        for shield in (True, False):
+            waited = make()
+            caller = asyncio.ensure_future(shielded(waited, timeout=10) if shield else waited)
+            await _settle()
+            waited.set_result(1)
+            await asyncio.sleep(0)  # one turn: the caller's wake-up was queued before ours
+            assert caller.done(), (make, shield)
+            assert await caller == 1
 
 
 async def test_a_deadline_releases_a_firm_future_and_cancels_the_work_waiting_on_it() -> None:
