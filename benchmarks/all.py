@@ -5,6 +5,8 @@ Runs, one after the other, each in a process of its own:
 1. ``python -m benchmarks`` (workloads (a)-(f); ``benchmarks/results/latest.*``),
 2. ``python -m benchmarks.failover`` (``benchmarks/results/failover.json``; needs root),
 3. ``python -m benchmarks.scale`` (``benchmarks/results/scale.json``),
+4. ``python -m benchmarks.integrity`` (``benchmarks/results/integrity.*``),
+5. ``python -m benchmarks.handoff`` (``benchmarks/results/handoff.*``),
 
 then ``python -m benchmarks.docs``, which writes every figure into README.md and docs/.
 Figures are only worth publishing from a quiet machine: this refuses to start while the
@@ -24,6 +26,8 @@ STEPS = {
     "benchmarks": ["-m", "benchmarks", "--require-postgres"],
     "failover": ["-m", "benchmarks.failover"],
     "scale": ["-m", "benchmarks.scale"],
+    "integrity": ["-m", "benchmarks.integrity"],
+    "handoff": ["-m", "benchmarks.handoff"],
 }
 
 

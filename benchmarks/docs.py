@@ -306,6 +306,12 @@ register(
     _results_markdown("integrity.md"),
     "python -m benchmarks.integrity",
 )
+register(
+    "handoff",
+    "handoff.json",
+    _results_markdown("handoff.md"),
+    "python -m benchmarks.handoff",
+)
 
 
 def render() -> dict[str, str]:
