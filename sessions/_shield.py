@@ -166,6 +166,12 @@ def _resume(
         error = None
 
 
+async def _rest(steps: Generator[Any, Any, T], waited: Any, context: contextvars.Context) -> T:
+    """:func:`_resume` as a coroutine: what ``create_task`` takes (from Python 3.12 on,
+    a generator-based coroutine is refused there)."""
+    return await _resume(steps, waited, context)
+
+
 class _Watch:
     """The deadlines of one event loop's shielded works, behind one timer.
 
@@ -392,7 +398,7 @@ def _steps(
             error = asyncio.CancelledError()
             continue
         # Out of grace too: the work goes on in the background; the caller is released.
-        rest = loop.create_task(_resume(steps, waited, context))
+        rest = loop.create_task(_rest(steps, waited, context))
         rest.add_done_callback(_consume)
         if cancelled is not None:
             raise cancelled
