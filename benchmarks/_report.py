@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from typing import Any
@@ -733,3 +734,14 @@ def plots(results: Result, directory: str) -> list[str]:
         plt.close(fig)
         written.append(path)
     return written
+
+
+def write_report(out: str, name: str, report: Result, markdown: str) -> None:
+    """A separate command's results: ``<out>/<name>.json`` (all of ``report``) and
+    ``<out>/<name>.md`` (``markdown``, the table the docs include)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=2)
+        fh.write("\n")
+    with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as fh:
+        fh.write(markdown)

@@ -41,7 +41,7 @@ from typing import Any
 
 from . import _env
 from ._data import TurnSource
-from ._report import source_line
+from ._report import source_line, write_report
 from ._subjects import OursSQLite, RawAiosqliteOneHopSame, _dumps, _same_work_sqlite
 
 PHASES = ("before the hop", "to the worker", "transaction", "back, and after", "total")
@@ -204,12 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report["results"] = asyncio.run(_measure(turns, rounds, directory))
     report["loadavg_end"] = _env.loadavg()
     print(json.dumps(report["results"], indent=1), file=sys.stderr)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "handoff.json"), "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2)
-        fh.write("\n")
-    with open(os.path.join(args.out, "handoff.md"), "w", encoding="utf-8") as fh:
-        fh.write(_markdown(report))
+    write_report(args.out, "handoff", report, _markdown(report))
     return 0
 
 

@@ -40,6 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from . import _env
+from ._report import write_report
 
 MODES = ("off", "quarantine")
 
@@ -262,12 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "SESSIONS_TEST_POSTGRES_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"
     )
     report = asyncio.run(_measure(args.backends, dsn, args.quick))
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "integrity.json"), "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=2)
-        fh.write("\n")
-    with open(os.path.join(args.out, "integrity.md"), "w", encoding="utf-8") as fh:
-        fh.write(_markdown(report))
+    write_report(args.out, "integrity", report, _markdown(report))
     return 0
 
 
