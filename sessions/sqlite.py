@@ -218,12 +218,21 @@ _SQL_LOAD_ALL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY s
 _SQL_LOAD_TAIL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
 
 _BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED (named in sqlite3 only from Python 3.11)
+#: SQLite's own texts for those codes: all Python 3.10's sqlite3 tells (no error codes).
+_BUSY_TEXTS = ("database is locked", "database table is locked", "database schema is locked")
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLITE_BUSY or SQLITE_LOCKED (another connection holds a lock)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None:
+        return (code & 0xFF) in _BUSY
+    return isinstance(exc, sqlite3.OperationalError) and str(exc).startswith(_BUSY_TEXTS)
 
 
 def _classify(exc: sqlite3.Error, operation: str) -> StorageError:
-    code = getattr(exc, "sqlite_errorcode", None)
     name = getattr(exc, "sqlite_errorname", type(exc).__name__)
-    if code is not None and (code & 0xFF) in _BUSY:
+    if _busy(exc):
         return TransientStorageError(
             f"SQLite {operation}: database busy ({name}): {exc}", outcome_known=True
         )
@@ -560,7 +569,7 @@ def _setup(conn: sqlite3.Connection, synchronous: str, busy_timeout: float) -> N
             conn.execute("PRAGMA journal_mode = WAL")
             break
         except sqlite3.OperationalError as exc:
-            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) not in _BUSY:
+            if not _busy(exc):
                 raise
             if time.monotonic() > deadline:
                 raise
