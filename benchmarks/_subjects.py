@@ -762,9 +762,9 @@ _SAME_RECORD = (
 )
 _SAME_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq, "
-    "version) VALUES (?1, ?2, ?2, ?3, ?3 + 1, 1) ON CONFLICT (session_id) DO UPDATE SET "
-    "updated_at = max(updated_at, ?2), item_count = item_count + ?3, next_seq = next_seq + ?3, "
-    "version = version + 1 RETURNING next_seq - ?3"
+    "version) VALUES (:sid, :now, :now, :n, :n + 1, 1) ON CONFLICT (session_id) DO UPDATE SET "
+    "updated_at = max(updated_at, :now), item_count = item_count + :n, next_seq = next_seq + :n, "
+    "version = version + 1 RETURNING next_seq - :n"
 )
 _SAME_TURN = (
     "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at) VALUES (?, ?, ?, ?)"
@@ -780,7 +780,7 @@ def _same_work_sqlite(conn: sqlite3.Connection, sid: str, texts: list[str]) -> N
     conn.execute("BEGIN IMMEDIATE")
     try:
         conn.execute(_SAME_RECORD, (sid, batch_id, now))
-        (base,) = conn.execute(_SAME_BUMP, (sid, now, len(texts))).fetchone()
+        (base,) = conn.execute(_SAME_BUMP, {"sid": sid, "now": now, "n": len(texts)}).fetchone()
         conn.executemany(
             _SAME_INSERT, [(sid, base + i, batch_id, text) for i, text in enumerate(texts)]
         )
