@@ -69,13 +69,13 @@ class _Relay:
     the loop per wait. The clock fires it at the deadline (the task then finds the
     clock expired)."""
 
-    __slots__ = ("_asyncio_future_blocking", "_callback", "_context", "_loop", "asked", "fired")
+    __slots__ = ("_asyncio_future_blocking", "_callbacks", "_loop", "asked", "fired")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._asyncio_future_blocking = True
-        self._callback: Callable[[Any], object] | None = None
-        self._context: contextvars.Context | None = None
+        # The task's wake-up (and anything else added, as a future would keep it).
+        self._callbacks: list[tuple[Callable[[Any], object], contextvars.Context | None]] = []
         self.asked = False
         self.fired = False
 
@@ -89,13 +89,13 @@ class _Relay:
         if self.fired:
             self._loop.call_soon(fn, self, context=context)
         else:
-            self._callback, self._context = fn, context
+            self._callbacks.append((fn, context))
 
     def remove_done_callback(self, fn: Callable[[Any], object]) -> int:
-        if self._callback is not None and self._callback == fn:
-            self._callback = self._context = None
-            return 1
-        return 0
+        kept = [(f, c) for f, c in self._callbacks if f != fn]
+        removed = len(self._callbacks) - len(kept)
+        self._callbacks = kept
+        return removed
 
     def cancel(self, msg: Any = None) -> bool:
         self.asked = True
@@ -114,18 +114,20 @@ class _Relay:
         return None
 
     def fire(self, _: object = None) -> None:
-        """Step the waiting task now (the work's future is done, or the clock expired)."""
+        """Step the waiting task now (the work's future is done, or the clock expired):
+        its wake-up runs here, not a turn of the loop later; any other callback is
+        scheduled as a future schedules it."""
         if self.fired:
             return
         self.fired = True
-        callback, context = self._callback, self._context
-        self._callback = self._context = None
-        if callback is None:
-            return
-        if context is None:
-            callback(self)
-        else:
-            context.run(callback, self)
+        callbacks, self._callbacks = self._callbacks, []
+        for index, (callback, context) in enumerate(callbacks):
+            if index:
+                self._loop.call_soon(callback, self, context=context)
+            elif context is None:
+                callback(self)
+            else:
+                context.run(callback, self)
 
 
 def _consume(task: asyncio.Future[Any]) -> None:

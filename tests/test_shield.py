@@ -348,3 +348,19 @@ async def test_finished_works_leave_no_deadline_behind() -> None:
         range(50)
     )
     assert _watch(asyncio.get_running_loop()).clocks == {}
+
+
+@pytest.mark.timeout(20)  # a lost wake-up hangs the caller
+async def test_a_callback_added_to_what_the_caller_waits_on_keeps_its_wake_up() -> None:
+    """Whatever reaches the relay the caller's task waits on (``Task._fut_waiter``) and
+    adds a callback gets it called, and the task still wakes."""
+    fut: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    caller = asyncio.ensure_future(shielded(fut, timeout=10))
+    await _settle()
+    waited = caller._fut_waiter  # type: ignore[attr-defined]
+    seen: list[object] = []
+    waited.add_done_callback(seen.append)
+    fut.set_result(4)
+    assert await caller == 4
+    await _settle()
+    assert seen == [waited]
