@@ -63,20 +63,19 @@ class Firm(asyncio.Future[T]):
 
 class _Relay:
     """What the caller's task waits on while the work waits on a future not of ours
-    (asyncpg's, a sleep's): to the task a future that refuses cancellation (noted, as
-    a held :class:`Firm` does) and that steps the task as soon as the work's future is
-    done, in that future's own callback. A proxy future would take one more turn of
-    the loop per wait. The clock fires it at the deadline (the task then finds the
-    clock expired)."""
+    (asyncpg's, a sleep's): to the task a future that refuses cancellation (as a held
+    :class:`Firm` does; the task keeps the request) and that steps the task as soon as
+    the work's future is done, in that future's own callback. A proxy future would take
+    one more turn of the loop per wait. The clock fires it at the deadline (the task
+    then finds the clock expired)."""
 
-    __slots__ = ("_asyncio_future_blocking", "_callbacks", "_loop", "asked", "fired")
+    __slots__ = ("_asyncio_future_blocking", "_callbacks", "_loop", "fired")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._asyncio_future_blocking = True
         # The task's wake-up (and anything else added, as a future would keep it).
         self._callbacks: list[tuple[Callable[[Any], object], contextvars.Context | None]] = []
-        self.asked = False
         self.fired = False
 
     # What asyncio's Task asks of what it waits on.
@@ -98,8 +97,7 @@ class _Relay:
         return removed
 
     def cancel(self, msg: Any = None) -> bool:
-        self.asked = True
-        return False
+        return False  # refused: the task then takes its cancellation when this fires
 
     def cancelled(self) -> bool:
         return False
