@@ -5,25 +5,32 @@
 
 One session, one commit per turn (4 items): our ``SQLiteStore`` against the one-hop
 aiosqlite floor writing the same rows (``RawAiosqliteOneHopSame`` of the main run), in
-rounds that alternate their order. Every turn is cut at four instants, stamped with
-``time.perf_counter()``: the job handed to the worker thread; the transaction function
-starting and ending there; the turn returning. The phases:
+rounds that alternate their order. Every turn is cut at six instants, stamped with
+``time.perf_counter()``: the items staged (ours: ``add_items`` returned; the floor: its
+rows encoded); the job handed to the worker thread; the transaction function starting
+and ending there; the call that waited for it returning on the event loop's thread; the
+turn returning. The phases:
 
-* **before the hop**: turn start to job queued. Ours: ``add_items`` and the commit path
-  up to the backend; the floor: encoding its rows.
+* **staging**: ours ``add_items`` (validate, encode, stage); the floor encodes its rows.
+* **commit, up to the hop**: ours ``commit()`` up to the job queued for the worker (lock,
+  seal, history rules, write marks, the group); the floor makes its future and queues.
 * **to the worker**: job queued to transaction started. The worker thread's wake-up,
   plus whatever the event loop's thread still does before it lets go of the GIL.
 * **transaction**: the transaction function on the worker thread (same statements, same
   ``synchronous=FULL`` fsync for both).
-* **back, and after**: transaction ended to turn returned. The event loop thread's
-  wake-up, the result handed over, and what runs after it (ours: settling the staging).
+* **back to the loop**: transaction ended to the waiting call returning on the event
+  loop's thread (ours: ``SQLiteBackend.apply``; the floor: aiosqlite's call). The wake-up
+  of the loop's thread and the steps that hand the outcome to the waiting coroutine.
+* **after**: the rest of the turn (ours: the outcome recorded, the staging settled, the
+  lock released; the floor: nothing).
 
 Each phase is the median over a round's turns, then the median of rounds; the phases'
 medians need not add up to the total's. The main thread's CPU time per turn
 (``time.thread_time``) is given beside. The stamps come from wrappers this command puts
-around the worker's queue and the transaction functions for its own run (ours:
-``sessions._worker.Worker.submit`` and ``sessions.sqlite._apply_group``; restored after):
-a few tenths of a microsecond per stamp, paid by both subjects.
+around the worker's queue, the transaction functions and our backend's ``apply`` for
+its own run (ours: ``sessions._worker.Worker.submit``, ``sessions.sqlite._apply_group``
+and ``sessions.sqlite.SQLiteBackend.apply``; restored after): a few tenths of a
+microsecond per stamp, and one coroutine frame around our ``apply``.
 """
 
 from __future__ import annotations
@@ -44,7 +51,15 @@ from ._data import TurnSource
 from ._report import source_line, write_report
 from ._subjects import OursSQLite, RawAiosqliteOneHopSame, _dumps, _same_work_sqlite
 
-PHASES = ("before the hop", "to the worker", "transaction", "back, and after", "total")
+PHASES = (
+    "staging",
+    "commit, up to the hop",
+    "to the worker",
+    "transaction",
+    "back to the loop",
+    "after",
+    "total",
+)
 SUBJECTS = ("ours", "floor")
 
 
@@ -52,7 +67,7 @@ class _Stamps:
     """The instants of the turn in flight (one turn at a time)."""
 
     def __init__(self) -> None:
-        self.queued = self.started = self.ended = 0.0
+        self.staged = self.queued = self.started = self.ended = self.returned = 0.0
 
 
 def _timed(stamps: _Stamps, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -70,10 +85,12 @@ def _timed(stamps: _Stamps, fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _phases(t0: float, stamps: _Stamps, t1: float) -> tuple[float, ...]:
     return (
-        stamps.queued - t0,
+        stamps.staged - t0,
+        stamps.queued - stamps.staged,
         stamps.started - stamps.queued,
         stamps.ended - stamps.started,
-        t1 - stamps.ended,
+        stamps.returned - stamps.ended,
+        t1 - stamps.returned,
         t1 - t0,
     )
 
@@ -92,20 +109,30 @@ async def _measure(turns: int, rounds: int, directory: str) -> dict[str, Any]:
 
     async def our_turn(items: list[dict[str, Any]]) -> None:
         await session.add_items(items)
+        stamps.staged = time.perf_counter()
         await session.commit()
 
     async def floor_turn(items: list[dict[str, Any]]) -> None:
         texts = _dumps(items)
+        stamps.staged = time.perf_counter()
         conn = floor.conn
         stamps.queued = time.perf_counter()
         await conn._execute(floor_tx, conn._conn, "s", texts)
+        stamps.returned = time.perf_counter()
 
     submit = worker_module.Worker.submit
     apply_group = sqlite_module._apply_group
+    apply = sqlite_module.SQLiteBackend.apply
 
     def stamped_submit(self: Any, job: Any) -> None:
         stamps.queued = time.perf_counter()
         submit(self, job)
+
+    async def stamped_apply(self: Any, session_id: str, batches: Any) -> None:
+        try:
+            await apply(self, session_id, batches)
+        finally:
+            stamps.returned = time.perf_counter()
 
     run = {"ours": our_turn, "floor": floor_turn}
     samples: dict[str, list[list[float]]] = {s: [[] for _ in PHASES] for s in SUBJECTS}
@@ -113,6 +140,7 @@ async def _measure(turns: int, rounds: int, directory: str) -> dict[str, Any]:
     source = TurnSource(seed=11)
     worker_module.Worker.submit = stamped_submit  # type: ignore[method-assign]
     sqlite_module._apply_group = _timed(stamps, apply_group)
+    sqlite_module.SQLiteBackend.apply = stamped_apply  # type: ignore[method-assign]
     try:
         for name in SUBJECTS:  # warm-up
             for _ in range(max(3, turns // 10)):
@@ -134,6 +162,7 @@ async def _measure(turns: int, rounds: int, directory: str) -> dict[str, Any]:
     finally:
         worker_module.Worker.submit = submit  # type: ignore[method-assign]
         sqlite_module._apply_group = apply_group
+        sqlite_module.SQLiteBackend.apply = apply  # type: ignore[method-assign]
         await ours.close()
         await floor.close()
     return {
@@ -177,10 +206,12 @@ def _markdown(report: dict[str, Any]) -> str:
     lines += [
         f"| main thread CPU (not a phase) | {a:.1f} | {b:.1f} | {a - b:+.1f} |",
         "",
-        "Phases: *before the hop* ends when the job is queued for the worker thread; *to "
-        "the worker* ends when its transaction function starts; *transaction* is that "
-        "function (same rows, same fsync); *back, and after* ends when the turn returns. "
-        "Every round is in `handoff.json`.",
+        "Phases: *staging* ends when `add_items` returns (the floor: its rows encoded); "
+        "*commit, up to the hop* when the job is queued for the worker thread; *to the "
+        "worker* when its transaction function starts; *transaction* is that function "
+        "(same rows, same fsync); *back to the loop* ends when the call that waited for it "
+        "returns on the event loop's thread (ours: the backend's `apply`); *after* when the "
+        "turn returns. Every round is in `handoff.json`.",
         "",
     ]
     return "\n".join(lines)

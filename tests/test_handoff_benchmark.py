@@ -1,6 +1,6 @@
 """``python -m benchmarks.handoff --quick`` runs end to end and writes its results.
 
-This proves the harness, not the speed: every turn of both subjects was cut at its four
+This proves the harness, not the speed: every turn of both subjects was cut at its six
 instants in order (no phase is negative, the phases fit in the turn), and the wrappers
 it puts around the library's internals are gone afterwards. No figure is compared to a
 speed.
@@ -34,10 +34,12 @@ def test_the_handoff_benchmark_writes_every_phase_of_both_subjects(tmp_path: Pat
     for figures in report["results"].values():
         phases = figures["phases_us"]
         assert list(phases) == [
-            "before the hop",
+            "staging",
+            "commit, up to the hop",
             "to the worker",
             "transaction",
-            "back, and after",
+            "back to the loop",
+            "after",
             "total",
         ]
         for rounds in figures["rounds_us"].values():
@@ -58,8 +60,10 @@ def test_the_handoff_benchmark_puts_the_library_internals_back() -> None:
     from benchmarks.handoff import _measure
 
     submit, apply_group = worker_module.Worker.submit, sqlite_module._apply_group
+    apply = sqlite_module.SQLiteBackend.apply
     with tempfile.TemporaryDirectory() as directory:
         results = asyncio.run(_measure(5, 1, directory))
     assert results["ours"]["phases_us"]["transaction"] > 0
     assert worker_module.Worker.submit is submit
     assert sqlite_module._apply_group is apply_group
+    assert sqlite_module.SQLiteBackend.apply is apply
