@@ -44,7 +44,7 @@ class Config:
             concurrency=[1, 10, 100, 500],
             c_turns=2000,
             c_timeout=60.0,
-            c_rounds=3,
+            c_rounds=5,
             pool=20,
             history=[100, 1_000, 10_000, 100_000],
             sessions=[100, 1_000, 10_000],
