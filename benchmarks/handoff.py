@@ -13,7 +13,8 @@ turn returning. The phases:
 
 * **staging**: ours ``add_items`` (validate, encode, stage); the floor encodes its rows.
 * **commit, up to the hop**: ours ``commit()`` up to the job queued for the worker (lock,
-  seal, history rules, write marks, the group); the floor makes its future and queues.
+  seal, history rules, write marks, the group); the floor: nothing (its call makes its
+  future and queues the job within the next phase).
 * **to the worker**: job queued to transaction started. The worker thread's wake-up,
   plus whatever the event loop's thread still does before it lets go of the GIL.
 * **transaction**: the transaction function on the worker thread (same statements, same
