@@ -68,7 +68,19 @@ def check_targets(results: Result) -> list[Result]:
     """Each target: name, measured, required, met (None when not measured), note."""
     out: list[Result] = []
 
-    def add(name: str, measured: float | None, op: str, required: float, **extra: str) -> None:
+    def add(
+        name: str,
+        measured: float | None,
+        op: str,
+        required: float,
+        *,
+        reach: tuple[str, float | None] | None = None,
+        **extra: str,
+    ) -> None:
+        """``reach``: the floor that writes our rows, and its own ratio against the
+        same anchor. Below a ``>=`` target, no implementation writing our rows (in the
+        same way: one hop, one statement) can meet it on this machine: the target is
+        out of reach, which the entry says."""
         met = None
         gap = ""
         if measured is not None:
@@ -76,6 +88,11 @@ def check_targets(results: Result) -> list[Result]:
             if not met:
                 miss = (1 - measured / required) if op == ">=" else (measured / required - 1)
                 gap = f"missed by {miss * 100:.0f}%" if required else "missed"
+        beyond = ""
+        if reach is not None and reach[1] is not None and op == ">=" and reach[1] < required:
+            beyond = f"{reach[0]} itself reaches {_x(reach[1])}"
+            if gap:
+                gap += "; out of reach"
         out.append(
             {
                 "target": name,
@@ -85,6 +102,7 @@ def check_targets(results: Result) -> list[Result]:
                 "gap": gap,
                 "note": extra.get("note", ""),
                 "ceiling": extra.get("ceiling", ""),
+                "out_of_reach": beyond,
             }
         )
 
@@ -137,16 +155,17 @@ def check_targets(results: Result) -> list[Result]:
         0.9,
         note="" if one_hop_bare is None else f"vs the bare 1-hop floor: {one_hop_bare:.2f}x",
     )
+    one_hop_same_vs_sdk = _ratio(
+        cpt("sqlite", "raw_aiosqlite_1hop_same"), cpt("sqlite", "sdk_sqlite")
+    )
     add(
         "SQLite commit-per-turn vs SDK SQLiteSession",
         vs("sqlite", "sdk_sqlite"),
         ">=",
         1.15,
+        reach=("the 1-hop floor writing our rows", one_hop_same_vs_sdk),
         ceiling=ceiling(
-            (
-                "1-hop floor, our rows",
-                _ratio(cpt("sqlite", "raw_aiosqlite_1hop_same"), cpt("sqlite", "sdk_sqlite")),
-            ),
+            ("1-hop floor, our rows", one_hop_same_vs_sdk),
             (
                 "bare 1-hop floor",
                 _ratio(cpt("sqlite", "raw_aiosqlite_1hop"), cpt("sqlite", "sdk_sqlite")),
@@ -154,32 +173,56 @@ def check_targets(results: Result) -> list[Result]:
         ),
     )
     same_pg = vs("postgres", "raw_asyncpg_same")
+    pg_same_vs_bare = _ratio(cpt("postgres", "raw_asyncpg_same"), cpt("postgres", "raw_asyncpg"))
     add(
         "PostgreSQL commit-per-turn vs raw one-statement floor",
         vs("postgres", "raw_asyncpg"),
         ">=",
         0.9,
+        reach=("the one-statement floor writing our rows", pg_same_vs_bare),
+        ceiling=ceiling(("one-statement floor, our rows", pg_same_vs_bare)),
         note=""
         if same_pg is None
         else f"vs the one-statement floor writing our rows: {same_pg:.2f}x",
     )
     # --- targets of the first benchmark round, still reported
+    one_hop_same_vs_raw = _ratio(
+        cpt("sqlite", "raw_aiosqlite_1hop_same"), cpt("sqlite", "raw_sqlite3")
+    )
     add(
         "SQLite commit-per-turn vs raw sqlite3 floor (blocks the event loop)",
         vs("sqlite", "raw_sqlite3"),
         ">=",
         0.85,
+        # A design that keeps the event loop free pays the hop: its limit is the 1-hop floor.
+        reach=("the 1-hop floor writing our rows", one_hop_same_vs_raw),
+        ceiling=ceiling(
+            ("1-hop floor, our rows", one_hop_same_vs_raw),
+            (
+                "bare 1-hop floor",
+                _ratio(cpt("sqlite", "raw_aiosqlite_1hop"), cpt("sqlite", "raw_sqlite3")),
+            ),
+            (
+                "raw sqlite3, our rows",
+                _ratio(cpt("sqlite", "raw_sqlite3_same"), cpt("sqlite", "raw_sqlite3")),
+            ),
+        ),
+    )
+    pg_same_vs_sqla = _ratio(
+        cpt("postgres", "raw_asyncpg_same"), cpt("postgres", "sdk_sqlalchemy_pg")
     )
     add(
         "PostgreSQL commit-per-turn vs SQLAlchemySession",
         vs("postgres", "sdk_sqlalchemy_pg"),
         ">=",
         5.0,
+        reach=("the one-statement floor writing our rows", pg_same_vs_sqla),
         ceiling=ceiling(
             (
                 "raw one-statement floor",
                 _ratio(cpt("postgres", "raw_asyncpg"), cpt("postgres", "sdk_sqlalchemy_pg")),
-            )
+            ),
+            ("one-statement floor, our rows", pg_same_vs_sqla),
         ),
     )
     for backend in ("sqlite", "postgres"):
@@ -399,7 +442,10 @@ def targets_table(results: Result) -> list[str]:
         "",
         "The ceiling column is what the raw-driver floor itself reaches against the "
         "anchor in this same run: an implementation doing at least the floor's durable work "
-        "cannot be expected to beat it.",
+        "cannot be expected to beat it. A target is *out of reach* when the floor writing "
+        "our rows (the same statements, with no code of ours around them) is itself below "
+        "it in the ceiling column: what is missing is the database engine's work for those rows, or the thread "
+        "hop that keeps the event loop free, not our code.",
         "",
     ]
 

@@ -185,7 +185,10 @@ def summary(results: Result) -> str:
     lines += ["", f"Targets: {len(measured) - len(missed)} of {len(measured)} met."]
     if missed:
         lines[-1] += " Missed: " + "; ".join(
-            f"{t['target']} ({_fmt(t['measured'], 2)}, required {t['required']})" for t in missed
+            f"{t['target']} ({_fmt(t['measured'], 2)}, required {t['required']}"
+            + (f"; out of reach: {t['out_of_reach']}" if t.get("out_of_reach") else "")
+            + ")"
+            for t in missed
         )
         lines[-1] += "."
     return "\n".join(lines) + "\n"
