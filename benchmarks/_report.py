@@ -65,7 +65,9 @@ def _conc(results: Result, backend: str, key: str, level: int | None) -> Any:
 
 
 def check_targets(results: Result) -> list[Result]:
-    """Each target: name, measured, required, met (None when not measured), note."""
+    """Each target: name, measured, required, met (None when not measured), gap, note,
+    ceiling, and out_of_reach (what says that no implementation writing our rows can
+    meet it on this machine; empty otherwise)."""
     out: list[Result] = []
 
     def add(
