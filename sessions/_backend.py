@@ -216,6 +216,16 @@ class Batch:
     with a turn is still :attr:`plain`). A ``clear`` also removes the session's turn
     records.
 
+    ``incarnation``: the life of the session the batch was prepared against, as
+    :meth:`CatalogueBackend.load_versioned` returned it (``None``: none, no check). A
+    session's life starts when its metadata row is created and ends when the session is
+    deleted; backends implementing :class:`CatalogueBackend` give each life a new
+    token. If the session does not exist, or exists with another life, the backend
+    raises :class:`~sessions.errors.DeletedConflictError` and nothing is applied (the
+    batch never creates a session). Checked with the batch's other writes, on the
+    plain path too (a batch with one is still :attr:`plain`); ignored by backends that
+    do not implement :class:`CatalogueBackend`.
+
     ``branch``: a :class:`BranchRecord` (forks only), written with the batch by
     backends implementing :class:`BranchBackend`; a batch with one is not :attr:`plain`.
 
@@ -237,6 +247,7 @@ class Batch:
     info: InfoChange | None = None
     expect_version: int | None = None
     quarantine: tuple[tuple[str, str], ...] = ()
+    incarnation: str | None = None
     shapes: tuple[Shape, ...] | None = field(default=None, compare=False, repr=False)
     """The core's own, backends ignore it: for each of ``items``, the fields the history
     rules read (:func:`sessions._history.shape_of`, taken when it was staged; ``None``
@@ -431,8 +442,12 @@ class CatalogueBackend(Protocol):
     version): :attr:`Batch.info` and :attr:`Batch.expect_version` are applied, and
     listing, counting, expiry and per-user erasure are indexed queries."""
 
-    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
-        """:meth:`Backend.load` and the session's version, from one snapshot."""
+    async def load_versioned(
+        self, session_id: str, limit: int | None
+    ) -> tuple[list[Row], int, str | None]:
+        """:meth:`Backend.load`, the session's version and its life (see
+        :attr:`Batch.incarnation`; ``None``: the session does not exist), from one
+        snapshot."""
         ...
 
     async def find_sessions(

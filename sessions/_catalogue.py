@@ -14,12 +14,14 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from ._backend import InfoChange, SessionFilter
-from .errors import VersionConflictError
+from ._backend import Batch, InfoChange, SessionFilter
+from .errors import DeletedConflictError, VersionConflictError
 
 __all__ = [
     "INFO_FIELDS",
     "KEEP",
+    "check_life",
+    "deleted_message",
     "MAX_METADATA_BYTES",
     "MAX_TAGS",
     "MAX_TAG_CHARS",
@@ -195,4 +197,22 @@ def version_conflict(session_id: str, expected: int, actual: int) -> VersionConf
         "another writer committed since that version was read",
         expected=expected,
         actual=actual,
+    )
+
+
+def check_life(session_id: str, batch: Batch, life: str | None) -> None:
+    """Raise :class:`~sessions.errors.DeletedConflictError` unless ``batch`` may be
+    applied to the session's present life ``life`` (``None``: the session does not
+    exist): see :attr:`Batch.incarnation`. Backends call it for every batch they are
+    about to apply, with the life they read in that transaction."""
+    if batch.incarnation is not None and batch.incarnation != life:
+        raise DeletedConflictError(deleted_message(session_id))
+
+
+def deleted_message(session_id: str) -> str:
+    """The text of a :class:`~sessions.errors.DeletedConflictError`, written once."""
+    return (
+        f"session {session_id!r} was deleted after this session object read it "
+        "(delete_session, delete_user or purge); its changes were made against the "
+        "deleted history and are not applied: rollback() and read again"
     )

@@ -29,6 +29,8 @@ from .errors import (
     CommitError,
     CommitVersionConflictError,
     ConflictError,
+    DeletedConflictError,
+    SessionDeletedError,
     StorageError,
     TransientStorageError,
     VersionConflictError,
@@ -184,7 +186,11 @@ def _rolled_back(session_id: str, exc: StorageError, attempt: int) -> CommitErro
             current_version=exc.actual,
             attempts=attempt,
         )
-    kind = CommitConflictError if isinstance(exc, ConflictError) else CommitError
+    kind: type[CommitError] = CommitError
+    if isinstance(exc, DeletedConflictError):
+        kind = SessionDeletedError
+    elif isinstance(exc, ConflictError):
+        kind = CommitConflictError
     return kind(message, session_id=session_id, outcome_known=True, attempts=attempt)
 
 

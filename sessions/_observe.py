@@ -94,13 +94,15 @@ async def observed_load(backend: Backend, session_id: str, limit: int | None) ->
     observer = HOOK.observer
     if observer is None:
         return await backend.load(session_id, limit)
-    rows, _ = await _observed_read(observer, backend, _with_no_version(backend, session_id, limit))
+    rows, _, _ = await _observed_read(
+        observer, backend, _with_no_version(backend, session_id, limit)
+    )
     return rows
 
 
 async def observed_load_versioned(
     backend: CatalogueBackend, session_id: str, limit: int | None
-) -> tuple[list[Row], int]:
+) -> tuple[list[Row], int, str | None]:
     """``backend.load_versioned(...)``, reported as a load when an observer is installed."""
     observer = HOOK.observer
     if observer is None:
@@ -110,24 +112,24 @@ async def observed_load_versioned(
 
 async def _with_no_version(
     backend: Backend, session_id: str, limit: int | None
-) -> tuple[list[Row], int]:
-    return await backend.load(session_id, limit), 0
+) -> tuple[list[Row], int, str | None]:
+    return await backend.load(session_id, limit), 0, None
 
 
 async def _observed_read(
-    observer: Observer, backend: object, read: Awaitable[tuple[list[Row], int]]
-) -> tuple[list[Row], int]:
-    """Await ``read`` (rows and a version) as one ``load`` operation of ``observer``."""
+    observer: Observer, backend: object, read: Awaitable[tuple[list[Row], int, str | None]]
+) -> tuple[list[Row], int, str | None]:
+    """Await ``read`` (rows, a version, a life) as one ``load`` operation of ``observer``."""
     op = Operation("load", system_of(backend))
     observer.begin(op)
     try:
-        rows, version = await read
+        rows, version, life = await read
     except BaseException as exc:
         op.outcome, op.error_type = _failure(exc), type(exc).__name__
         raise
     else:
         op.items = len(rows)
-        return rows, version
+        return rows, version, life
     finally:
         observer.end(op)
 

@@ -13,7 +13,7 @@ import logging
 import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -184,6 +184,9 @@ class BufferedSession(AsyncResource):
         self._lock = CrossLoopLock()
         self._token = object()
         self._version: int | None = None
+        # The life of the session this object read (Batch.incarnation): its commits are
+        # refused once that life is over; rollback() forgets it.
+        self._life: str | None = None
         # What the history rules read of the end of the stored history as this session's
         # last commit left it (_integrity.tail_after), and the store's write mark that
         # commit ended with (sessions._marks): valid while the session's mark is that one.
@@ -442,7 +445,9 @@ class BufferedSession(AsyncResource):
                 tail = turns[-1].last_key
                 after = turns[to_turn - 1].last_key if to_turn else 0
             change = RewindChange(after if to_turn is not None else None)
-            batch = Batch(new_batch_id(), False, (), (), tail=tail, rewind=change)
+            batch = Batch(
+                new_batch_id(), False, (), (), tail=tail, rewind=change, incarnation=self._life
+            )
             outcome = await apply_batches(store, self.session_id, [batch])
             if outcome.error is not None:
                 raise outcome.error
@@ -831,10 +836,15 @@ class BufferedSession(AsyncResource):
         await self._shield(conditional)
 
     async def rollback(self) -> None:
-        """Discard every staged change. Never touches the database."""
+        """Discard every staged change. Never touches the database.
+
+        Also forgets the history this object read when that session has since been
+        deleted (:class:`~sessions.errors.SessionDeletedError`): the next commit then
+        writes to the session as it is now (a new one if it is gone)."""
         self._check_open("rollback")
         async with self._lock:
             self._discard("rollback")
+            self._life = None  # a deleted history is forgotten too (SessionDeletedError)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[BufferedSession]:
@@ -1035,7 +1045,11 @@ class BufferedSession(AsyncResource):
     async def _load(self, backend: Backend, limit: int | None) -> list[Row]:
         """Stored rows; records the session's version where the backend keeps one."""
         if isinstance(backend, CatalogueBackend):
-            rows, self._version = await observed_load_versioned(backend, self.session_id, limit)
+            rows, self._version, life = await observed_load_versioned(
+                backend, self.session_id, limit
+            )
+            if self._life is None or not self._staging:
+                self._life = life  # staged changes keep the life they were made against
             return rows
         return await observed_load(backend, self.session_id, limit)
 
@@ -1100,6 +1114,8 @@ class BufferedSession(AsyncResource):
         batches = self._staging.seal(expected_version)
         if not batches:
             return
+        if self._life is not None:
+            batches = [replace(batch, incarnation=self._life) for batch in batches]
         self._version = None
         remembered = self._known
         known = self._known_tail()

@@ -312,8 +312,11 @@ class Store(AsyncResource, Generic[S]):
         """Erase every session of ``user_id`` (items, batch records, run states, catalogue
         entries: every per-session row) in one transaction; the ids of those deleted.
 
-        A commit racing with it either lands before (and is erased) or after it (and
-        makes a new session, without a user unless it sets one).
+        A commit racing with it either lands before (and is erased) or after it. After
+        it, a session object that had read one of these sessions is refused with
+        :class:`~sessions.errors.SessionDeletedError` (nothing applied) until its
+        ``rollback()``; only a writer that never read the session makes a new one
+        (without a user unless it sets one). See ``docs/catalogue.md``.
         """
         validate_user_id(user_id)
         try:

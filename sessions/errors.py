@@ -11,10 +11,12 @@ __all__ = [
     "CommitError",
     "CommitVersionConflictError",
     "ConflictError",
+    "DeletedConflictError",
     "InvalidHistoryError",
     "InvalidItemError",
     "InvalidSessionIdError",
     "SessionClosedError",
+    "SessionDeletedError",
     "SessionError",
     "StorageError",
     "StoreClosedError",
@@ -116,6 +118,12 @@ class VersionConflictError(ConflictError):
         self.actual = actual
 
 
+class DeletedConflictError(ConflictError):
+    """The batch was prepared against a life of the session that has since been
+    deleted (``delete_session``, ``delete_user``, ``purge``): the session is gone or was
+    created anew. Raised by backends; nothing was applied."""
+
+
 class CommitError(SessionError):
     """``commit`` failed.
 
@@ -164,6 +172,17 @@ class CommitVersionConflictError(CommitConflictError):
         super().__init__(message, session_id=session_id, outcome_known=True, attempts=attempts)
         self.expected_version = expected_version
         self.current_version = current_version
+
+
+class SessionDeletedError(CommitConflictError):
+    """``commit`` (or ``rewind``/``undo_rewind``) failed: this session object read the
+    session before it was deleted (``delete_session``, ``delete_user``, ``purge``), and
+    its changes were made against the deleted history. Nothing was applied; the changes
+    stay staged and every later commit of this object is refused the same way until
+    ``rollback()``, which forgets the deleted history (the next commit then starts a
+    new session). Items are never appended to, and pops never remove items of, a
+    session that was deleted and created anew under the same id.
+    """
 
 
 class UncommittedChangesWarning(ResourceWarning):

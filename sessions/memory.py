@@ -17,6 +17,7 @@ like the other backends, it is not thread-safe.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -33,7 +34,7 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
-from ._catalogue import decode_metadata, version_conflict
+from ._catalogue import check_life, decode_metadata, version_conflict
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
@@ -60,6 +61,7 @@ class _History:
     fork_of: tuple[str, int, datetime] | None = None  # source id, at turn, when
     hidden: _Hidden = field(default_factory=lambda: _Hidden({}, []))  # rewound away
     quarantine: tuple[QuarantineEntry, ...] = ()
+    incarnation: str = field(default_factory=lambda: uuid.uuid4().hex)  # this life's token
 
     def info(self, session_id: str) -> SessionInfo:
         entry = self.catalogue
@@ -137,6 +139,7 @@ def _applied(
     Raises without changing ``history``.
     """
     now = _now()
+    new = history is None
     if history is None:
         history = _History(now, now)
     rows = dict(history.rows)
@@ -152,6 +155,7 @@ def _applied(
     for batch in batches:
         if batch.batch_id in done:
             continue  # applied by an earlier attempt
+        check_life(session_id, batch, None if new else history.incarnation)
         if batch.expect_version is not None and batch.expect_version != version:
             raise version_conflict(session_id, batch.expect_version, version)
         version += 1
@@ -176,7 +180,7 @@ def _applied(
     if len(done) == len(history.batches):
         return None
     kept = (created, updated, rows, next_key, done, run_state, catalogue, version)
-    return _History(*kept, turns, fork_of, hidden, tuple(quarantine))
+    return _History(*kept, turns, fork_of, hidden, tuple(quarantine), history.incarnation)
 
 
 def _quarantined(quarantine: list[QuarantineEntry], batch: Batch, now: datetime) -> None:
@@ -358,11 +362,15 @@ class MemoryBackend:
         )
         return [self._sessions[s].info(s) for s in stale[:limit]]
 
-    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
-        """:meth:`load` and the session's version."""
+    async def load_versioned(
+        self, session_id: str, limit: int | None
+    ) -> tuple[list[Row], int, str | None]:
+        """:meth:`load`, the session's version and its life."""
         rows = await self.load(session_id, limit)
         history = self._sessions.get(session_id)
-        return rows, 0 if history is None else history.version
+        if history is None:
+            return rows, 0, None
+        return rows, history.version, history.incarnation
 
     async def find_sessions(
         self, where: SessionFilter, *, limit: int, after: str | None

@@ -50,7 +50,13 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
-from ._catalogue import decode_metadata, validate_ttl, version_conflict
+from ._catalogue import (
+    check_life,
+    decode_metadata,
+    deleted_message,
+    validate_ttl,
+    version_conflict,
+)
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -64,7 +70,13 @@ from ._session import BufferedSession
 from ._shield import Firm
 from ._store import Store
 from ._validate import validate_identifier, validate_positive_int, validate_seconds
-from .errors import ConflictError, StorageError, StoreClosedError, TransientStorageError
+from .errors import (
+    ConflictError,
+    DeletedConflictError,
+    StorageError,
+    StoreClosedError,
+    TransientStorageError,
+)
 
 __all__ = [
     "MIGRATIONS",
@@ -80,6 +92,9 @@ logger = logging.getLogger("sessions")
 
 #: Each migration: ``(version, statements)``. Statements are templates whose
 #: ``{sessions}``, ``{items}``, ``{batches}`` placeholders become schema-qualified,
+#: A new session life's token (see :attr:`sessions.Batch.incarnation`).
+_NEW_LIFE = "md5(random()::text || clock_timestamp()::text)"
+
 #: quoted table names and ``{prefix}`` the (validated) table prefix. Append only.
 MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
@@ -196,8 +211,26 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " ON {session_tags} (user_id, tag, session_id)",
         ),
     ),
+    (
+        6,
+        (
+            # The session's life (Batch.incarnation): a new token each time its row is
+            # created, so a session deleted and created anew under the same id is told
+            # apart from the one a session object read.
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS incarnation text",
+            f"UPDATE {{sessions}} SET incarnation = {_NEW_LIFE} WHERE incarnation IS NULL",
+            f"ALTER TABLE {{sessions}} ALTER COLUMN incarnation SET DEFAULT {_NEW_LIFE}",
+            # Raised by the append statement when its batch was prepared against a life
+            # that is over (SQLSTATE TXS01, message: the session id).
+            "CREATE OR REPLACE FUNCTION {deleted}(sid text) RETURNS text LANGUAGE plpgsql "
+            "AS $f$ BEGIN RAISE EXCEPTION USING ERRCODE = 'TXS01', MESSAGE = sid; END $f$",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+#: SQLSTATE of the append statement's refusal of a batch for a life that is over.
+_DELETED_STATE = "TXS01"
 
 _SQL_VERSION_TABLE = (
     "CREATE TABLE IF NOT EXISTS {version} ("
@@ -208,7 +241,9 @@ _SQL_VERSION_TABLE = (
 # The common commit: one batch of items only, one statement, one round trip.
 # $1 session_id, $2 batch_id, $3 items text[], $4 item count, then the turn record
 # (Batch.turn): $5 whether there is one, $6 its run id, $7 its time (NULL: now()), $8-$12
-# its usage (NULL: none). now() is when the
+# its usage (NULL: none), $13 the life it was prepared against (Batch.incarnation; NULL:
+# no check: a row just created has a new life, so it fails the check and the whole
+# statement is rolled back). now() is when the
 # transaction started; a commit that started earlier but got the row later must not move
 # updated_at back, hence GREATEST (here and in _SQL_BATCH).
 _SQL_APPEND = """
@@ -226,25 +261,28 @@ WITH b AS (
         item_count = t.item_count + excluded.item_count,
         next_seq = t.next_seq + excluded.item_count,
         version = t.version + 1
-    RETURNING t.next_seq - $4::bigint AS base
+    RETURNING t.next_seq - $4::bigint AS base, t.incarnation AS life
 ), r AS (
     INSERT INTO {turns} (session_id, first_seq, last_seq, created_at, run_id,
                          requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens)
     SELECT $1, s.base, s.base + $4::bigint - 1, coalesce($7::timestamptz, now()), $6::text,
            $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::bigint
     FROM s WHERE $5::boolean AND $4::bigint > 0
+), i AS (
+    INSERT INTO {items} (session_id, seq, batch_id, data)
+    SELECT $1, s.base + u.ord - 1, $2, u.data
+    FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
 )
-INSERT INTO {items} (session_id, seq, batch_id, data)
-SELECT $1, s.base + u.ord - 1, $2, u.data
-FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
+SELECT {deleted}($1) FROM s WHERE s.life IS DISTINCT FROM coalesce($13::text, s.life)
 """
 
-# The general commit, statement 1 of 2+: make sure the session row exists and lock it.
+# The general commit, statement 1 of 2+: make sure the session row exists and lock it;
+# returns the session's life before the statement (NULL: the row was just created).
 _SQL_LOCK = """
 INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq)
 VALUES ($1, now(), now(), 0, 1)
 ON CONFLICT (session_id) DO UPDATE SET next_seq = t.next_seq
-RETURNING next_seq
+RETURNING CASE WHEN xmax = 0 THEN NULL ELSE incarnation END
 """
 
 # The general commit, one statement per batch, after the lock (fresh snapshot).
@@ -364,6 +402,7 @@ class _Names:
             quarantine=self.table("quarantine"),
             session_tags=self.table("session_tags"),
             version=self.table("schema_version"),
+            deleted=f'"{self.schema}"."{self.prefix}deleted"',
             prefix=self.prefix,
         )
 
@@ -499,10 +538,11 @@ _SQL_TAGS_INSERT = (
     "FROM {sessions} AS s CROSS JOIN unnest($2::text[]) AS u(t) WHERE s.session_id = $1"
 )
 _SQL_TAGS_USER = "UPDATE {session_tags} SET user_id = $2 WHERE session_id = $1"
-# The stored rows (all, or the latest $2) and the session's version, in one snapshot.
+# The stored rows (all, or the latest $2), the session's version and life, in one snapshot.
 _SQL_LOAD_VERSIONED = """
-SELECT v.version, r.seq, r.data
-FROM (SELECT coalesce((SELECT version FROM {sessions} WHERE session_id = $1), 0) AS version) v
+SELECT coalesce(v.version, 0), v.incarnation, r.seq, r.data
+FROM (SELECT 1) AS one
+LEFT JOIN {sessions} v ON v.session_id = $1
 LEFT JOIN LATERAL (
     SELECT seq, data FROM {items} WHERE session_id = $1 ORDER BY seq DESC LIMIT $2
 ) r ON true
@@ -630,6 +670,8 @@ def _classify(exc: BaseException, operation: str, phase: _Phase) -> StorageError
         )
     if isinstance(exc, asyncpg.PostgresError):
         state = getattr(exc, "sqlstate", None)
+        if state == _DELETED_STATE:
+            return DeletedConflictError(deleted_message(getattr(exc, "message", "")))
         if state in _RETRY_STATES:
             return TransientStorageError(
                 f"PostgreSQL {operation} failed and was rolled back (SQLSTATE {state}): {detail}",
@@ -786,7 +828,14 @@ def _group_args(group: Sequence[_Entry]) -> list[tuple[Any, ...]]:
     """
     ordered = group if len(group) == 1 else sorted(group, key=lambda e: e.session_id)
     return [
-        (entry.session_id, batch.batch_id, list(batch.items), len(batch.items), *_turn_args(batch))
+        (
+            entry.session_id,
+            batch.batch_id,
+            list(batch.items),
+            len(batch.items),
+            *_turn_args(batch),
+            batch.incarnation,
+        )
         for entry in ordered
         for batch in entry.batches
     ]
@@ -1108,8 +1157,9 @@ class PostgresBackend:
         self, conn: Any, phase: _Phase, session_id: str, batches: Sequence[Batch]
     ) -> None:
         await conn.execute("BEGIN")
-        await conn.fetchval(self._sql.lock, session_id)
+        life = await conn.fetchval(self._sql.lock, session_id)
         for batch in batches:
+            check_life(session_id, batch, life)
             recorded, removed = await conn.fetchrow(
                 self._sql.batch,
                 session_id,
@@ -1381,9 +1431,12 @@ class PostgresBackend:
 
         return await self._run("delete_user" if user_id is not None else "delete_session", run)
 
-    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
+    async def load_versioned(
+        self, session_id: str, limit: int | None
+    ) -> tuple[list[Row], int, str | None]:
         rows = await self._fetch("read", self._extra_sql.load_versioned, session_id, limit)
-        return [(row[1], row[2]) for row in rows if row[1] is not None], int(rows[0][0])
+        stored = [(row[2], row[3]) for row in rows if row[2] is not None]
+        return stored, int(rows[0][0]), rows[0][1]
 
     def _where(self, where: SessionFilter, after: str | None) -> tuple[str, list[Any], str]:
         """``FROM ... WHERE ...`` of a catalogue listing, its parameters, and the column to

@@ -35,7 +35,7 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
-from ._catalogue import decode_metadata, validate_ttl, version_conflict
+from ._catalogue import check_life, decode_metadata, validate_ttl, version_conflict
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -184,6 +184,17 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " ON txs_session_tags (user_id, tag, session_id) WHERE user_id IS NOT NULL",
         ),
     ),
+    (
+        6,
+        (
+            # The session's life (Batch.incarnation): a new token each time its row is
+            # created, so a session deleted and created anew under the same id is told
+            # apart from the one a session object read.
+            "ALTER TABLE txs_sessions ADD COLUMN incarnation TEXT",
+            "UPDATE txs_sessions SET incarnation = lower(hex(randomblob(8))) "
+            "WHERE incarnation IS NULL",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -206,13 +217,14 @@ _SQL_LOAD_KEYS = "SELECT seq FROM txs_items WHERE session_id = ? ORDER BY seq"
 _SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
 _SQL_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq, "
-    "version) VALUES (:sid, :now, :now, :n, :n + 1, 1) "
+    "version, incarnation) VALUES (:sid, :now, :now, :n, :n + 1, 1, lower(hex(randomblob(8)))) "
     "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, :now), "
     "item_count = CASE WHEN :clear THEN :n ELSE item_count - :removed + :n END, "
     "next_seq = next_seq + :n, version = version + 1 "
     "RETURNING next_seq - :n, version"
 )
 _SQL_RESTORE_TIMES = "UPDATE txs_sessions SET created_at = ?, updated_at = ? WHERE session_id = ?"
+_SQL_LIFE = "SELECT incarnation FROM txs_sessions WHERE session_id = ?"
 _SQL_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
 _SQL_LOAD_ALL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq"
 _SQL_LOAD_TAIL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
@@ -247,6 +259,9 @@ def _apply_batches(
         if conn.execute(_SQL_RECORD_BATCH, (session_id, batch.batch_id, now)).rowcount == 0:
             continue  # already applied by an earlier attempt
         removed = 0
+        if batch.incarnation is not None:
+            row = conn.execute(_SQL_LIFE, (session_id,)).fetchone()
+            check_life(session_id, batch, None if row is None else row[0])
         if batch.clear:
             conn.execute(_SQL_CLEAR, (session_id,))
             conn.execute(_SQL_CLEAR_TURNS, (session_id,))
@@ -711,16 +726,16 @@ def _delete_user(conn: sqlite3.Connection, user_id: str) -> list[str]:
 
 def _load_versioned(
     conn: sqlite3.Connection, session_id: str, limit: int | None
-) -> tuple[list[Row], int]:
+) -> tuple[list[Row], int, str | None]:
     conn.execute("BEGIN")  # one snapshot for both reads
     try:
         row = conn.execute(
-            "SELECT version FROM txs_sessions WHERE session_id = ?", (session_id,)
+            "SELECT version, incarnation FROM txs_sessions WHERE session_id = ?", (session_id,)
         ).fetchone()
         rows = _load(conn, session_id, limit)
     finally:
         conn.execute("COMMIT")
-    return rows, 0 if row is None else int(row[0])
+    return (rows, 0, None) if row is None else (rows, int(row[0]), row[1])
 
 
 def _where(where: SessionFilter, after: str | None) -> tuple[str, dict[str, Any], str]:
@@ -901,7 +916,9 @@ class SQLiteBackend:
         )
         return [_info(row) for row in rows]
 
-    async def load_versioned(self, session_id: str, limit: int | None) -> tuple[list[Row], int]:
+    async def load_versioned(
+        self, session_id: str, limit: int | None
+    ) -> tuple[list[Row], int, str | None]:
         return await self._run("read", _load_versioned, session_id, limit)
 
     async def find_sessions(
