@@ -292,3 +292,25 @@ async def test_a_fork_into_the_id_of_a_deleted_fork_is_allowed(
     assert await db.session_info(dst) is None
     assert await db.session(sid).fork(dst, at_turn=2) == 2
     assert await turn_count(db, dst) == 2 and await branch_of(db, sid, dst) == [2]
+
+
+async def test_concurrent_forks_of_two_sources_into_one_target_leave_exactly_the_winners_turns(
+    opener: Opener, sid: str
+) -> None:
+    stores = [await opener() for _ in range(3)]
+    one, two, dst = f"{sid}-one", f"{sid}-two", f"{sid}-dst"
+    await commit_turns(stores[0], one, 3, tag="one")
+    await commit_turns(stores[0], two, 2, tag="two")
+    plans = [(one, 2), (one, 3), (two, 2)]
+    results = await asyncio.gather(
+        *(s.session(src).fork(dst, at_turn=n) for s, (src, n) in zip(stores, plans, strict=True)),
+        return_exceptions=True,
+    )
+    winners = [plan for plan, r in zip(plans, results, strict=True) if isinstance(r, int)]
+    assert len(winners) == 1, results
+    assert all(isinstance(r, (int, CommitConflictError)) for r in results), results
+    source, n = winners[0]
+    expected = (await stores[0].session(source).get_items())[: 2 * n]
+    assert await stores[1].session(dst).get_items() == expected
+    assert await branch_of(stores[2], source, dst) == [n]
+    assert await branch_of(stores[2], two if source == one else one, dst) == []
