@@ -314,3 +314,15 @@ async def test_concurrent_forks_of_two_sources_into_one_target_leave_exactly_the
     assert await stores[1].session(dst).get_items() == expected
     assert await branch_of(stores[2], source, dst) == [n]
     assert await branch_of(stores[2], two if source == one else one, dst) == []
+
+
+async def test_deleting_a_source_drops_the_fork_records_naming_it_on_every_backend(
+    db: Store[Any], sid: str
+) -> None:
+    await commit_turns(db, sid, 2)
+    dst = f"{sid}-dst"
+    assert await db.session(sid).fork(dst) == 2
+    assert await db.delete_session(sid)
+    await commit_turns(db, sid, 1, tag="new")  # the same id, a new session
+    assert await db.session(sid).branches() == []
+    assert await turn_count(db, dst) == 2  # the fork keeps its items
