@@ -155,7 +155,9 @@ class RewindChange:
     number, the session's highest. ``None``: undo the newest rewind: its items and turn
     records come back with their keys, unless an item is stored with a greater key than
     the first of them (a turn committed since), which is a
-    :class:`~sessions.errors.ConflictError`. Nothing hidden: nothing happens.
+    :class:`~sessions.errors.ConflictError`. An undo with nothing hidden is skipped whole
+    (:func:`sessions._branchrules.skips_undo`, asked inside the transaction before the
+    batch is recorded): no batch record, version, ``updated_at`` or session row.
     """
 
     hide_after: int | None
@@ -228,6 +230,9 @@ class Batch:
 
     ``branch``: a :class:`BranchRecord` (forks only), written with the batch by
     backends implementing :class:`BranchBackend`; a batch with one is not :attr:`plain`.
+    Before writing it, the backend reads whether the session holds items of another
+    batch, hidden items, or a fork record, and raises what
+    :func:`sessions._branchrules.fork_target_conflict` returns (nothing applied).
 
     ``rewind``: a :class:`RewindChange` (rewinds only, given only to backends
     implementing :class:`BranchBackend`), applied after the ``tail`` condition; a batch

@@ -6,15 +6,20 @@ a fork stay the plain reads of one session (no lookups through a parent chain on
 ``get_items``), a fork outlives its source's pops, clears and deletion, and the cost is
 paid once, when the fork is made (see ``docs/turns.md``).
 
-Idempotent: batch ids derive from the source, the fork's id, each turn's position and
-its items, so running the same fork again applies nothing. Atomic: the first batch
-carries a tail condition that refuses a fork into a session that already holds items
-(:class:`~sessions.errors.CommitConflictError`, nothing applied), and the fork record
-(:attr:`sessions.Batch.branch`) is written by that batch.
+Idempotent: batch ids derive from the source, the fork's id, ``at_turn``, the whole
+copied history, each turn's position and its items, so running the same fork again
+applies nothing, and two different forks never share a batch id. Atomic: the first
+batch carries the fork record (:attr:`sessions.Batch.branch`); the backend checks,
+in the transaction that writes it, that the target is fresh
+(:func:`sessions._branchrules.fork_target_conflict`: no items, no hidden turns, no
+fork record), else :class:`~sessions.errors.CommitConflictError` and nothing applied.
+Running the same fork again returns its turn count only while the target still holds
+those turns (checked by reading them); otherwise it is refused the same way.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -22,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ._backend import AdminBackend, Batch, BranchBackend, BranchRecord, TurnBackend, TurnRecord
 from ._commit import derived_batch_id, write_batches
 from ._turns import Turn, build_turns
-from .errors import SessionError
+from .errors import CommitConflictError, SessionError
 
 if TYPE_CHECKING:
     from ._store import Store
@@ -71,15 +76,29 @@ async def fork_history(
     texts = await _read(backend, source_id, chosen)
     batches = _batches(source_id, target_id, chosen, texts)
     ids = [batch.batch_id for batch in batches]
-    done = await backend.applied(target_id, ids)
-    if done and len(done) < len(ids):  # an earlier fork of a history that changed since
-        raise SessionError(
-            f"fork(): session {target_id!r} already holds a fork of {source_id!r} made "
-            "from a different history; pick another id"
-        )
-    if len(done) < len(ids):
+    if not await backend.applied(target_id, ids):
+        # The backend refuses a target that is not fresh, in the writing transaction.
         await write_batches(store, target_id, batches)
+        return count
+    # The same fork ran before (all its ids are applied together, in one transaction).
+    if not await _still_holds(backend, target_id, texts):
+        raise CommitConflictError(
+            f"fork of session {source_id!r} at turn {count} into session {target_id!r} "
+            f"refused: this fork was made before, but session {target_id!r} no longer "
+            "holds its turns (cleared, popped or rewound since); pick another id",
+            session_id=target_id,
+            outcome_known=True,
+        )
     return count
+
+
+async def _still_holds(backend: Any, session_id: str, texts: list[list[str]]) -> bool:
+    """Whether turns 1 to ``len(texts)`` of ``session_id`` hold exactly ``texts``."""
+    records, keys = await backend.load_turns(session_id)
+    turns = build_turns(records, keys, clear=False, pops=(), staged=0)
+    if len(turns) < len(texts):
+        return False
+    return await _read(backend, session_id, turns[: len(texts)]) == texts
 
 
 async def _read(backend: Any, session_id: str, turns: list[Turn]) -> list[list[str]]:
@@ -113,7 +132,12 @@ def _batches(
 ) -> list[Batch]:
     batches: list[Batch] = []
     position = 0
-    scope = f"{source_id}\0{target_id}"
+    whole = hashlib.sha256()  # the whole copied history: forks of different ones share no id
+    for part in texts:
+        whole.update(f"{len(part)}\0".encode())
+        for text in part:
+            whole.update(text.encode("utf-8", "surrogatepass") + b"\n")
+    scope = f"{source_id}\0{target_id}\0{len(turns)}\0{whole.hexdigest()}"
     for number, (turn, part) in enumerate(zip(turns, texts, strict=True), start=1):
         first = number == 1
         batches.append(
@@ -122,7 +146,6 @@ def _batches(
                 False,
                 (),
                 tuple(part),
-                tail=0 if first else None,  # the new session must hold no items yet
                 # Usage stays with the source: the tokens were spent once.
                 turn=TurnRecord(turn.run_id, turn.created_at),
                 branch=BranchRecord(source_id, len(turns)) if first else None,

@@ -376,13 +376,19 @@ class BufferedSession(AsyncResource):
         """Make ``new_session_id`` a new session holding this session's turns 1 to
         ``at_turn`` (all its turns when ``None``); return how many turns it holds.
 
-        One transaction through the commit path, idempotent: running the same fork again
-        adds nothing. A copy (``docs/turns.md`` says why): the fork keeps its history
-        whatever happens to this session later. Refused while this session has staged
-        changes (commit or roll back first), and with
-        :class:`~sessions.errors.CommitConflictError` (nothing applied) when
-        ``new_session_id`` already holds other items. Open the fork with
-        ``store.session(new_session_id)``; :meth:`branches` lists it.
+        One transaction through the commit path. A copy (``docs/turns.md`` says why): the
+        fork keeps its history whatever happens to this session later. Refused while this
+        session has staged changes (commit or roll back first).
+
+        The target must be fresh, checked in the transaction that writes the fork: no
+        stored items, no hidden (rewound) turns, never the target of a fork before (a
+        catalogue entry is kept; a cleared ordinary session is fresh again). Otherwise
+        :class:`~sessions.errors.CommitConflictError` naming the target and the reason,
+        nothing applied; of concurrent forks into one id exactly one succeeds. The same
+        fork again (same source history, same ``at_turn``) returns ``at_turn`` and writes
+        nothing while the target still holds those turns, and is refused the same way once
+        it lost any. Open the fork with ``store.session(new_session_id)``;
+        :meth:`branches` lists it.
         """
         self._check_open("fork")
         new_id = validate_session_id(new_session_id, "new_session_id")
@@ -414,7 +420,9 @@ class BufferedSession(AsyncResource):
     async def undo_rewind(self) -> int:
         """Bring back the turns the newest :meth:`rewind` hid; return how many came back.
 
-        ``0`` when nothing is hidden. Several rewinds are undone newest first. Refused
+        ``0`` when nothing is hidden, and then nothing is written at all: the version and
+        ``updated_at`` stay, a session that does not exist is not created. Several
+        rewinds are undone newest first. Refused
         with :class:`~sessions.errors.CommitConflictError` (nothing applied) once a turn
         has been committed after the rewind (it would interleave with the hidden ones:
         :meth:`fork` the history you want instead).

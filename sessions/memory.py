@@ -34,6 +34,7 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
+from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import check_life, decode_metadata, version_conflict
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
@@ -156,6 +157,8 @@ def _applied(
         if batch.batch_id in done:
             continue  # applied by an earlier attempt
         check_life(session_id, batch, None if new else history.incarnation)
+        if skips_undo(batch, bool(hidden.rows)):
+            continue  # nothing to undo: nothing written, not recorded
         if batch.expect_version is not None and batch.expect_version != version:
             raise version_conflict(session_id, batch.expect_version, version)
         version += 1
@@ -171,7 +174,7 @@ def _applied(
         if batch.run_state is not None:
             run_state = _run_state_after(run_state, batch, session_id)
         if batch.branch is not None:
-            fork_of = (batch.branch.source_id, batch.branch.at_turn, now)
+            fork_of = _forked(batch, session_id, (rows, first, hidden, fork_of), now)
         _quarantined(quarantine, batch, now)
         done[batch.batch_id] = now
         updated = max(updated, now)
@@ -181,6 +184,28 @@ def _applied(
         return None
     kept = (created, updated, rows, next_key, done, run_state, catalogue, version)
     return _History(*kept, turns, fork_of, hidden, tuple(quarantine), history.incarnation)
+
+
+def _forked(
+    batch: Batch,
+    session_id: str,
+    state: tuple[dict[int, str], int, _Hidden, tuple[str, int, datetime] | None],
+    now: datetime,
+) -> tuple[str, int, datetime]:
+    """The fork record ``batch.branch`` writes, if the target is fresh (``state``: its
+    rows, the batch's first key, hidden rows, fork record); else the core's error."""
+    assert batch.branch is not None
+    rows, first, hidden, fork_of = state
+    error = fork_target_conflict(
+        session_id,
+        batch.branch,
+        holds_items=any(key < first for key in rows),
+        holds_hidden=bool(hidden.rows),
+        fork_of=None if fork_of is None else fork_of[:2],
+    )
+    if error is not None:
+        raise error
+    return (batch.branch.source_id, batch.branch.at_turn, now)
 
 
 def _quarantined(quarantine: list[QuarantineEntry], batch: Batch, now: datetime) -> None:
@@ -336,7 +361,17 @@ class MemoryBackend:
         return None if history is None else history.info(session_id)
 
     async def delete_session(self, session_id: str) -> bool:
-        return self._sessions.pop(session_id, None) is not None
+        return self._drop(session_id)
+
+    def _drop(self, session_id: str) -> bool:
+        """Delete a session with its own fork record and its forks' records of it (as
+        the SQL backends do); whether it existed."""
+        if self._sessions.pop(session_id, None) is None:
+            return False
+        for history in self._sessions.values():
+            if history.fork_of is not None and history.fork_of[0] == session_id:
+                history.fork_of = None
+        return True
 
     async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:
         return self._delete(session_ids, lambda h: h.updated_at < stale_before)
@@ -348,7 +383,7 @@ class MemoryBackend:
         for session_id in session_ids:
             history = self._sessions.get(session_id)
             if history is not None and qualifies(history):
-                del self._sessions[session_id]
+                self._drop(session_id)
                 gone.append(session_id)
         return gone
 
@@ -403,7 +438,7 @@ class MemoryBackend:
     async def delete_user(self, user_id: str) -> list[str]:
         ids = sorted(s for s, h in self._sessions.items() if h.catalogue.user_id == user_id)
         for session_id in ids:
-            del self._sessions[session_id]
+            self._drop(session_id)
         return ids
 
     async def read_range(self, session_id: str, *, after: int | None, limit: int) -> list[Row]:

@@ -50,6 +50,7 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
+from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import (
     check_life,
     decode_metadata,
@@ -508,6 +509,7 @@ _SQL_BRANCH = (
     "INSERT INTO {branches} (source_id, session_id, at_turn, created_at) "
     "VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING"
 )
+_SQL_FORK_OF = "SELECT source_id, at_turn FROM {branches} WHERE session_id = $1"
 _SQL_BRANCHES_LOAD = (
     "SELECT session_id, at_turn, created_at FROM {branches} WHERE source_id = $1 "
     "ORDER BY created_at, session_id"
@@ -587,6 +589,7 @@ class _ExtraSql:
     branches_delete: str
     branch: str
     branches_load: str
+    fork_of: str
     usage: str
     rewind_no: str
     hide: str
@@ -624,6 +627,7 @@ class _ExtraSql:
             branches_delete=s(_SQL_BRANCHES_DELETE),
             branch=s(_SQL_BRANCH),
             branches_load=s(_SQL_BRANCHES_LOAD),
+            fork_of=s(_SQL_FORK_OF),
             usage=s(_SQL_USAGE),
             rewind_no=s(_SQL_REWIND_NO),
             hide=s(_SQL_HIDE),
@@ -1158,8 +1162,14 @@ class PostgresBackend:
     ) -> None:
         await conn.execute("BEGIN")
         life = await conn.fetchval(self._sql.lock, session_id)
+        written = False
         for batch in batches:
             check_life(session_id, batch, life)
+            if batch.rewind is not None and skips_undo(
+                batch, await conn.fetchval(self._extra_sql.rewind_no, session_id) is not None
+            ):
+                continue  # nothing to undo: nothing written, not recorded
+            written = True
             recorded, removed = await conn.fetchrow(
                 self._sql.batch,
                 session_id,
@@ -1179,6 +1189,9 @@ class PostgresBackend:
                 await conn.execute(self._sql.restore_times, session_id, *batch.restore_times)
             if recorded and not batch.plain:
                 await self._apply_extras(conn, session_id, batch)
+        if not written:  # the lock may have made the session row: keep nothing
+            await conn.execute("ROLLBACK")
+            return
         phase.commit_sent = True
         await conn.execute("COMMIT")
 
@@ -1217,9 +1230,26 @@ class PostgresBackend:
             texts = [text for _, text in batch.quarantine]
             await conn.execute(sql.quarantine, session_id, batch.batch_id, reasons, texts)
         if batch.branch is not None:
+            await self._check_fork_target(conn, session_id, batch)
             await conn.execute(sql.branch, batch.branch.source_id, session_id, batch.branch.at_turn)
         if batch.rewind is not None:
             await self._rewind(conn, session_id, batch.rewind.hide_after)
+
+    async def _check_fork_target(self, conn: Any, session_id: str, batch: Batch) -> None:
+        """Read what the core's fork rule needs about the target, in this transaction
+        (which holds the target's session row lock)."""
+        assert batch.branch is not None
+        sql = self._extra_sql
+        row = await conn.fetchrow(sql.fork_of, session_id)
+        error = fork_target_conflict(
+            session_id,
+            batch.branch,
+            holds_items=await conn.fetchval(sql.newer, session_id, 0, batch.batch_id),
+            holds_hidden=await conn.fetchval(sql.rewind_no, session_id) is not None,
+            fork_of=None if row is None else (row[0], int(row[1])),
+        )
+        if error is not None:
+            raise error
 
     async def _rewind(self, conn: Any, session_id: str, hide_after: int | None) -> None:
         """A :class:`~sessions.RewindChange`: hide the items after ``hide_after``, or undo."""

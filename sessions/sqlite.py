@@ -35,6 +35,7 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
+from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import check_life, decode_metadata, validate_ttl, version_conflict
 from ._observe import HOOK
 from ._policy import (
@@ -256,12 +257,14 @@ def _apply_batches(
 ) -> None:
     """Apply ``batches`` inside the caller's transaction (or savepoint)."""
     for batch in batches:
-        if conn.execute(_SQL_RECORD_BATCH, (session_id, batch.batch_id, now)).rowcount == 0:
-            continue  # already applied by an earlier attempt
-        removed = 0
         if batch.incarnation is not None:
             row = conn.execute(_SQL_LIFE, (session_id,)).fetchone()
             check_life(session_id, batch, None if row is None else row[0])
+        if batch.rewind is not None and skips_undo(batch, _any_hidden(conn, session_id)):
+            continue  # nothing to undo: nothing written, not recorded
+        if conn.execute(_SQL_RECORD_BATCH, (session_id, batch.batch_id, now)).rowcount == 0:
+            continue  # already applied by an earlier attempt
+        removed = 0
         if batch.clear:
             conn.execute(_SQL_CLEAR, (session_id,))
             conn.execute(_SQL_CLEAR_TURNS, (session_id,))
@@ -356,9 +359,33 @@ def _apply_extras(
     for reason, text in batch.quarantine:
         conn.execute(_SQL_QUARANTINE, (session_id, session_id, batch.batch_id, reason, text, now))
     if batch.branch is not None:
+        _check_fork_target(conn, session_id, batch)
         conn.execute(_SQL_BRANCH, (batch.branch.source_id, session_id, batch.branch.at_turn, now))
     if batch.rewind is not None:
         _rewind(conn, session_id, batch.rewind.hide_after)
+
+
+_SQL_FORK_OF = "SELECT source_id, at_turn FROM txs_branches WHERE session_id = ?"
+
+
+def _any_hidden(conn: sqlite3.Connection, session_id: str) -> bool:
+    return conn.execute(_SQL_REWIND_NO, {"s": session_id}).fetchone()[0] is not None
+
+
+def _check_fork_target(conn: sqlite3.Connection, session_id: str, batch: Batch) -> None:
+    """Read what the core's fork rule needs about the target, in this transaction."""
+    assert batch.branch is not None
+    row = conn.execute(_SQL_FORK_OF, (session_id,)).fetchone()
+    error = fork_target_conflict(
+        session_id,
+        batch.branch,
+        holds_items=conn.execute(_SQL_NEWER, (session_id, 0, batch.batch_id)).fetchone()
+        is not None,
+        holds_hidden=_any_hidden(conn, session_id),
+        fork_of=None if row is None else (row[0], row[1]),
+    )
+    if error is not None:
+        raise error
 
 
 _SQL_REWIND_NO = "SELECT max(rewind_no) FROM txs_hidden_items WHERE session_id = :s"

@@ -765,6 +765,16 @@ async def test_turns_fork_and_rewind_commands_print_literally_and_work_on_whole_
     one_error_line(await cli("rewind", "chat", "--db", db), "--to-turn", "--undo")
 
 
+async def test_rewind_undo_of_an_unknown_id_fails_and_creates_no_session(db: str) -> None:
+    await seed(db, {"chat": [{"n": 1}]})
+    one_error_line(await cli("rewind", "typo-id", "--undo", "--db", db), "unknown session")
+    one_error_line(await cli("rewind", "typo-id", "--to-turn", "0", "--db", db), "typo-id")
+    assert list(await history(db)) == ["chat"]
+    nothing = await cli("rewind", "chat", "--undo", "--db", db)
+    assert nothing.code == 0, nothing.err
+    assert nothing.out.strip() == "session chat: no rewound turns to restore, nothing changed"
+
+
 async def test_usage_sums_recorded_usage_per_session_and_store_as_text_and_json(db: str) -> None:
     from sessions import TurnUsage
 

@@ -173,11 +173,16 @@ async def _rewind(url: str, session_id: str, to_turn: int | None, as_json: bool)
                 fail(str(exc))
         finally:
             await session.close()
+        # Nothing hidden or restored wrote nothing: an unknown id stays unknown.
+        if count == 0 and await store.session_info(session_id) is None:
+            fail(f"unknown session {session_id!r}: nothing to rewind or undo, nothing written")
     what = "restored" if to_turn is None else "hidden"
     if as_json:
         say(json_text({"session_id": session_id, what: count}))
-        return
-    say(f"session {literal(session_id)}: {plural(count, 'turn')} {what}")
+    elif count == 0 and to_turn is None:
+        say(f"session {literal(session_id)}: no rewound turns to restore, nothing changed")
+    else:
+        say(f"session {literal(session_id)}: {plural(count, 'turn')} {what}")
 
 
 _USAGE_NAMES = ("requests", "input_tokens", "output_tokens", "cached_tokens", "reasoning_tokens")

@@ -391,7 +391,7 @@ async def test_a_fork_of_a_history_that_changed_since_into_the_same_id_is_refuse
     await source.fork(f"{sid}-f")
     await source.pop_item()
     await source.commit()
-    with pytest.raises(SessionError, match="from a different history"):
+    with pytest.raises(CommitConflictError, match="already a fork"):
         await source.fork(f"{sid}-f")
     assert len(await tstore.session(f"{sid}-f").get_items()) == 3
 
