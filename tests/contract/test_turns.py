@@ -600,6 +600,20 @@ async def test_fork_refuses_an_at_turn_that_splits_a_tool_call_from_its_output(
     assert await tstore.session(f"{sid}-f2").get_items() == everything
 
 
+async def test_an_output_stored_without_its_call_refuses_no_rewind_nor_fork(
+    tstore: Store[Any], sid: str
+) -> None:
+    """``integrity="off"`` may store an orphan output: no cut splits it from a call."""
+    session = tstore.session(sid, integrity="off")
+    orphan = {"type": "function_call_output", "call_id": "gone", "output": "ok"}
+    await commit_turns(session, 1)
+    await session.add_items([orphan, msg("a", "assistant")])
+    await session.commit()
+    assert await session.fork(f"{sid}-f", at_turn=1) == 1
+    assert await session.rewind(to_turn=1) == 1
+    assert await session.get_items() == [msg("t1.0")]
+
+
 @pytest.mark.parametrize("kind", sorted(CALL_OUTPUT))
 async def test_get_items_turns_never_starts_with_an_output_whose_call_is_in_an_earlier_turn(
     tstore: Store[Any], sid: str, kind: str
