@@ -274,9 +274,10 @@ class BufferedSession(AsyncResource):
         with a tool output whose call fell before it (the API would refuse it): it then
         starts after that output, with fewer items (unless ``integrity="off"``).
         ``turns=N`` instead returns the items of the last ``N`` whole turns (:meth:`turns`;
-        staged items count as one pending turn), never part of a turn;
-        ``session_settings.limit`` does not apply then, and ``limit`` may not be given
-        with it.
+        staged items count as one pending turn), never part of a turn, but for the same
+        rule: an output whose call is in an earlier turn (an approval) is trimmed with what
+        precedes it; ``session_settings.limit`` does not apply then, and ``limit`` may not
+        be given with it.
         """
         self._check_open("get_items")
         if turns is not None:
@@ -376,7 +377,8 @@ class BufferedSession(AsyncResource):
         One transaction through the commit path, idempotent: running the same fork again
         adds nothing. A copy (``docs/turns.md`` says why): the fork keeps its history
         whatever happens to this session later. Refused while this session has staged
-        changes (commit or roll back first), and with
+        changes (commit or roll back first), with ``ValueError`` when turn ``at_turn``
+        splits a tool call from its output (call up to it, output after it), and with
         :class:`~sessions.errors.CommitConflictError` (nothing applied) when
         ``new_session_id`` already holds other items. Open the fork with
         ``store.session(new_session_id)``; :meth:`branches` lists it.
@@ -397,9 +399,11 @@ class BufferedSession(AsyncResource):
         One commit of its own (shielded, idempotent like any): reads, ``limit``,
         :meth:`turns` and forks no longer see the hidden turns, which are kept, not
         deleted, until :meth:`undo_rewind` brings them back or a clear removes them.
-        Whole turns only, so a tool call and its output stay together. Refused while
-        this session has staged changes; :class:`~sessions.errors.CommitConflictError`
-        (nothing applied) if another writer committed since the turns were read.
+        Whole turns only; a ``to_turn`` that splits a tool call from its output (an
+        approval: call up to it, output after it) is refused with ``ValueError``, nothing
+        applied. Refused while this session has staged changes;
+        :class:`~sessions.errors.CommitConflictError` (nothing applied) if another writer
+        committed since the turns were read.
         """
         self._check_open("rewind")
         if isinstance(to_turn, bool) or not isinstance(to_turn, int):
