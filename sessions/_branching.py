@@ -15,6 +15,9 @@ in the transaction that writes it, that the target is fresh
 fork record), else :class:`~sessions.errors.CommitConflictError` and nothing applied.
 Running the same fork again returns its turn count only while the target still holds
 those turns (checked by reading them); otherwise it is refused the same way.
+
+A fork or a rewind at a turn is a cut of the history; :func:`refuse_split` refuses one
+that would split a tool call from its output (the call's turn kept, the output's not).
 """
 
 from __future__ import annotations
@@ -26,13 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 from ._backend import AdminBackend, Batch, BranchBackend, BranchRecord, TurnBackend, TurnRecord
 from ._commit import derived_batch_id, write_batches
+from ._history import CALL_OUTPUT, answered_calls, split_pair
+from ._serde import decode_item
 from ._turns import Turn, build_turns
 from .errors import CommitConflictError, SessionError
 
 if TYPE_CHECKING:
     from ._store import Store
 
-__all__ = ["Branch", "fork_history", "list_branches"]
+__all__ = ["Branch", "fork_history", "list_branches", "refuse_split"]
 
 _PAGE = 500
 
@@ -72,8 +77,9 @@ async def fork_history(
             f"fork(): at_turn must be from 1 to {len(turns)} (the turns of session "
             f"{source_id!r}), got {count}"
         )
+    await refuse_split(backend, source_id, turns, count, "fork")
     chosen = turns[:count]
-    texts = await _read(backend, source_id, chosen)
+    texts = await _read(backend, source_id, chosen, "fork")
     batches = _batches(source_id, target_id, chosen, texts)
     ids = [batch.batch_id for batch in batches]
     if not await backend.applied(target_id, ids):
@@ -98,15 +104,76 @@ async def _still_holds(backend: Any, session_id: str, texts: list[list[str]]) ->
     turns = build_turns(records, keys, clear=False, pops=(), staged=0)
     if len(turns) < len(texts):
         return False
-    return await _read(backend, session_id, turns[: len(texts)]) == texts
+    return await _read(backend, session_id, turns[: len(texts)], "fork") == texts
 
 
-async def _read(backend: Any, session_id: str, turns: list[Turn]) -> list[list[str]]:
-    """The stored texts of each of ``turns`` (consecutive, from the first)."""
-    last = turns[-1].last_key
-    assert last is not None
+async def refuse_split(
+    backend: Any, session_id: str, turns: list[Turn], at: int, operation: str
+) -> None:
+    """Raise ``ValueError`` if cutting ``turns`` (stored, none pending) after turn ``at``
+    splits a tool call from its output: a call in turns 1 to ``at`` answered in a later
+    turn (:func:`sessions._history.split_pair`). Reads the turns after the cut, and the
+    turns up to it only when those hold an output answering an earlier call."""
+    if not 0 < at < len(turns):
+        return  # nothing kept, or nothing cut off
+    later = await _items(backend, session_id, turns[at:], operation)
+    if not answered_calls([item for part in later for item in part]):
+        return
+    earlier = await _items(backend, session_id, turns[:at], operation)
+    found = split_pair(
+        [item for part in earlier for item in part], [item for part in later for item in part]
+    )
+    if found is None:
+        return
+    call_index, output_index, kind, key = found
+    call_turn = _turn_holding(earlier, call_index)
+    output_turn = at + _turn_holding(later, output_index)
+    name, lowest = ("to_turn", 0) if operation == "rewind" else ("at_turn", 1)
+    choices = f"{name} {output_turn} or more keeps the pair"
+    if call_turn - 1 > lowest:
+        choices += f", {name} {call_turn - 1} or less leaves it out"
+    elif call_turn - 1 == lowest:
+        choices += f", {name} {lowest} leaves it out"
+    raise ValueError(
+        f"{operation}(): turn {at} of session {session_id!r} splits a tool call from its "
+        f"output: {kind} {key!r} is in turn {call_turn}, its {CALL_OUTPUT[kind]} in turn "
+        f"{output_turn} ({choices}); nothing was applied"
+    )
+
+
+async def _items(
+    backend: Any, session_id: str, turns: list[Turn], operation: str
+) -> list[list[Any]]:
+    """The stored items of each of ``turns``; a corrupt row reads as ``None`` (it pairs
+    with nothing)."""
+    texts = await _read(backend, session_id, turns, operation)
+    return [[_decoded(text) for text in part] for part in texts]
+
+
+def _decoded(text: str) -> Any:
+    try:
+        return decode_item(text)
+    except (ValueError, TypeError):
+        return None
+
+
+def _turn_holding(parts: list[list[Any]], index: int) -> int:
+    """The number (from 1) of the part of ``parts`` holding the ``index``-th item of all."""
+    for number, part in enumerate(parts, start=1):
+        if index < len(part):
+            return number
+        index -= len(part)
+    raise AssertionError("index past the items")
+
+
+async def _read(
+    backend: Any, session_id: str, turns: list[Turn], operation: str
+) -> list[list[str]]:
+    """The stored texts of each of ``turns`` (consecutive stored turns)."""
+    first, last = turns[0].first_key, turns[-1].last_key
+    assert first is not None and last is not None
     rows: list[tuple[int, str]] = []
-    after: int | None = None
+    after: int | None = first - 1
     while True:
         page = await backend.read_range(session_id, after=after, limit=_PAGE)
         rows.extend(row for row in page if row[0] <= last)
@@ -122,7 +189,8 @@ async def _read(backend: Any, session_id: str, turns: list[Turn]) -> list[list[s
             out[index].append(text)
     if [len(part) for part in out] != [turn.items for turn in turns]:
         raise SessionError(
-            f"fork(): session {session_id!r} changed while it was read; fork it again"
+            f"{operation}(): session {session_id!r} changed while it was read; "
+            f"call {operation}() again"
         )
     return out
 

@@ -4,8 +4,8 @@ The API refuses (HTTP 400) an input in which a tool call's output has no matchin
 earlier in the input, a call has no output, or a reasoning item lacks the item it was
 emitted with. One such item stored in a session makes every later turn fail. These
 rules are checked at commit (``integrity=``, see :mod:`sessions._session`), by limited
-reads (:func:`first_valid_start`), by compaction (:func:`pairing_kept`) and by
-``sessions doctor``. ``docs/history.md`` renders :data:`RULES`.
+reads (:func:`first_valid_start`), by compaction (:func:`pairing_kept`), by rewinds
+and forks at a turn (:func:`split_pair`) and by ``sessions doctor``. ``docs/history.md`` renders :data:`RULES`.
 
 Items are the SDK's input items as stored (plain dicts). Pairs are matched by type and
 call id: the call's ``call_id`` (an MCP approval request's ``id``) against the output's
@@ -32,6 +32,7 @@ __all__ = [
     "offenders",
     "pairing_kept",
     "shape_of",
+    "split_pair",
 ]
 
 #: Each call type and the type of the output that answers it.
@@ -350,3 +351,23 @@ def pairing_kept(removed: list[Any]) -> bool:
     output: no output in it answers a call outside it (what
     :data:`sessions._compaction.PAIRING_CHECK` asks)."""
     return first_valid_start(removed) == 0
+
+
+def split_pair(before: Sequence[Any], after: Sequence[Any]) -> tuple[int, int, str, str] | None:
+    """The first tool pair a cut of a history into ``before`` and ``after`` splits:
+    ``(index of the call in before, index of its output in after, call type, call id)``;
+    ``None`` when the cut splits none.
+
+    The outputs concerned are those :func:`answered_calls` finds in ``after``, an output
+    whose call is not before it there (what :func:`first_valid_start` trims off a window
+    starting there), whose call ``before`` holds. An output whose call is nowhere (stored
+    with ``integrity="off"``) is not split by the cut: it was an orphan already.
+    """
+    wanted = answered_calls(after)
+    if not wanted:
+        return None
+    for index, is_call, key in _pairing(before):
+        if is_call and key is not None and key in wanted:
+            output = next(i for i, is_c, k in _pairing(after) if not is_c and k == key)
+            return index, output, key[0], key[1]
+    return None

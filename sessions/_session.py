@@ -31,7 +31,7 @@ from ._backend import (
     TurnUsage,
     new_batch_id,
 )
-from ._branching import Branch, fork_history, list_branches
+from ._branching import Branch, fork_history, list_branches, refuse_split
 from ._catalogue import KEEP, info_change
 from ._commit import apply_batches, interrupted_error
 from ._compaction import Ident, plan_replacement, read_window
@@ -277,9 +277,10 @@ class BufferedSession(AsyncResource):
         with a tool output whose call fell before it (the API would refuse it): it then
         starts after that output, with fewer items (unless ``integrity="off"``).
         ``turns=N`` instead returns the items of the last ``N`` whole turns (:meth:`turns`;
-        staged items count as one pending turn), never part of a turn;
-        ``session_settings.limit`` does not apply then, and ``limit`` may not be given
-        with it.
+        staged items count as one pending turn), never part of a turn, but for the same
+        rule: an output whose call is in an earlier turn (an approval) is trimmed with what
+        precedes it; ``session_settings.limit`` does not apply then, and ``limit`` may not
+        be given with it.
         """
         self._check_open("get_items")
         if turns is not None:
@@ -378,7 +379,9 @@ class BufferedSession(AsyncResource):
 
         One transaction through the commit path. A copy (``docs/turns.md`` says why): the
         fork keeps its history whatever happens to this session later. Refused while this
-        session has staged changes (commit or roll back first).
+        session has staged changes (commit or roll back first), and with ``ValueError``
+        when turn ``at_turn`` splits a tool call from its output (call up to it, output
+        after it).
 
         The target must be fresh, checked in the transaction that writes the fork: no
         stored items, no hidden (rewound) turns, never the target of a fork before (a
@@ -406,9 +409,11 @@ class BufferedSession(AsyncResource):
         One commit of its own (shielded, idempotent like any): reads, ``limit``,
         :meth:`turns` and forks no longer see the hidden turns, which are kept, not
         deleted, until :meth:`undo_rewind` brings them back or a clear removes them.
-        Whole turns only, so a tool call and its output stay together. Refused while
-        this session has staged changes; :class:`~sessions.errors.CommitConflictError`
-        (nothing applied) if another writer committed since the turns were read.
+        Whole turns only; a ``to_turn`` that splits a tool call from its output (an
+        approval: call up to it, output after it) is refused with ``ValueError``, nothing
+        applied. Refused while this session has staged changes;
+        :class:`~sessions.errors.CommitConflictError` (nothing applied) if another writer
+        committed since the turns were read.
         """
         self._check_open("rewind")
         if isinstance(to_turn, bool) or not isinstance(to_turn, int):
@@ -450,6 +455,8 @@ class BufferedSession(AsyncResource):
                     )
                 if to_turn == len(turns):
                     return 0
+                backend = await self._turn_backend(operation)
+                await refuse_split(backend, self.session_id, turns, to_turn, operation)
                 tail = turns[-1].last_key
                 after = turns[to_turn - 1].last_key if to_turn else 0
             change = RewindChange(after if to_turn is not None else None)
@@ -535,7 +542,8 @@ class BufferedSession(AsyncResource):
             return []
         async with self._lock:
             await self._settle("get_items")
-            chosen = (await self._turn_list("get_items"))[-count:]
+            every = await self._turn_list("get_items")
+            chosen = every[-count:]
             _, pops, staged = self._staging.view()
             values: list[Any] = []
             span = span_of(chosen)
@@ -543,7 +551,10 @@ class BufferedSession(AsyncResource):
                 values = await self._read_span(*span, pops)
             if chosen and chosen[-1].pending:
                 values.extend(decode_item(text) for text in staged)
-            return values
+            # A call answered in a later turn (an approval: the call is committed with
+            # the paused run, its output with the resumed one) may fall before the
+            # window: the rule of limited reads trims the orphan output.
+            return values if len(chosen) == len(every) else self._whole(values)
 
     async def _read_span(self, first: int, last: int, items: int, pops: set[int]) -> list[Any]:
         """Stored items with keys from ``first`` to ``last``, minus ``pops``."""

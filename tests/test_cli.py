@@ -775,6 +775,26 @@ async def test_rewind_undo_of_an_unknown_id_fails_and_creates_no_session(db: str
     assert nothing.out.strip() == "session chat: no rewound turns to restore, nothing changed"
 
 
+async def test_rewind_and_fork_at_a_turn_splitting_a_tool_call_from_its_output_fail_in_one_line(
+    db: str,
+) -> None:
+    fcall = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    fout = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    store = await open_store(db)
+    try:
+        session = store.session("chat")
+        for part in ([{"role": "user", "content": "q"}, fcall], [fout]):
+            await session.add_items(part)
+            await session.commit()
+    finally:
+        await store.close()
+    for args in (("rewind", "chat", "--to-turn", "1"), ("fork", "chat", "x", "--at-turn", "1")):
+        failed = await cli(*args, "--db", db)
+        one_error_line(failed, "turn 1", "splits a tool call from its output", "'c1'")
+    stored = await history(db)
+    assert stored["chat"][1:] == [fcall, fout] and "x" not in stored  # nothing applied
+
+
 async def test_usage_sums_recorded_usage_per_session_and_store_as_text_and_json(db: str) -> None:
     from sessions import TurnUsage
 

@@ -20,6 +20,7 @@ from sessions._history import (
     check_history,
     first_valid_start,
     pairing_kept,
+    split_pair,
 )
 from sessions._serde import encode_staged
 from tests.history_items import assistant, call, output, reasoning, user
@@ -154,6 +155,22 @@ def test_first_valid_start_skips_past_the_last_output_whose_call_was_cut_off() -
 def test_pairing_kept_refuses_removing_an_output_whose_call_stays() -> None:
     assert pairing_kept([output("function_call_output", "a"), assistant()]) is False
     assert pairing_kept([call("function_call", "a"), output("function_call_output", "a")])
+
+
+@pytest.mark.parametrize(("call_type", "output_type"), sorted(CALL_OUTPUT.items()))
+def test_split_pair_finds_a_call_before_a_cut_answered_after_it(
+    call_type: str, output_type: str
+) -> None:
+    before = [user(), call(call_type, "a"), call(call_type, "b")]
+    after = [output(output_type, "a"), output(output_type, "b"), assistant()]
+    assert split_pair(before, after) == (1, 0, call_type, "a")
+    assert split_pair(before[:1], before[1:] + after) is None  # the pairs wholly after
+    assert split_pair(before + after, [user()]) is None  # the pairs wholly before
+
+
+def test_split_pair_ignores_an_output_whose_call_is_nowhere() -> None:
+    """An orphan stored already (``integrity="off"``) is not split by the cut."""
+    assert split_pair([user()], [output("function_call_output", "x"), assistant()]) is None
 
 
 def test_docs_history_md_shows_every_rule() -> None:

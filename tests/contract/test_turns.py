@@ -19,11 +19,13 @@ import pytest
 from agents import Agent, RunConfig, Runner
 
 from sessions import MemoryStore, SQLiteStore, Store, TransactionalSession, Turn, TurnUsage
+from sessions._history import CALL_OUTPUT, check_history
 from sessions.errors import CommitConflictError, CommitError, SessionError
 from sessions.sqlite import MIGRATIONS
 from tests.conftest import BACKENDS, Target, make_target
 from tests.contract import raw
-from tests.sdk import ScriptedModel, assistant_message
+from tests.history_items import call, output
+from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk
 
 
 def msg(text: str, role: str = "user") -> dict[str, Any]:
@@ -526,20 +528,166 @@ async def test_a_fork_of_a_rewound_session_copies_only_what_reads_see(
     assert await tstore.session(f"{sid}-f").get_items() == await session.get_items()
 
 
+async def commit_approval_turns(session: Any) -> list[Any]:
+    """Turns as an approval commits them: 1 a question; 2 a tool call the run paused on;
+    3 its output and the answer (the resumed run); 4 another question. The items."""
+    fcall = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    fout = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    for part in ([msg("q")], [fcall], [fout, msg("a", "assistant")], [msg("q2")]):
+        await session.add_items(part)
+        await session.commit()
+    return [msg("q"), fcall, fout, msg("a", "assistant"), msg("q2")]
+
+
 async def test_rewind_never_splits_a_tool_call_from_its_output(
     tstore: Store[Any], sid: str
 ) -> None:
+    """A pair within one turn goes or stays with it; a pair across turns (an approval:
+    call in turn 2, output in turn 3) refuses the cut between them, nothing applied."""
     session = tstore.session(sid)
-    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
-    output = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    fcall = {"type": "function_call", "call_id": "c0", "name": "f", "arguments": "{}"}
+    fout = {"type": "function_call_output", "call_id": "c0", "output": "ok"}
     await session.add_items([msg("q")])
     await session.commit()
-    await session.add_items([call, output, msg("a", "assistant")])
+    await session.add_items([fcall, fout, msg("a", "assistant")])
     await session.commit()
     await session.rewind(to_turn=1)
     assert await session.get_items() == [msg("q")]
     await session.undo_rewind()
-    assert await session.get_items(turns=1) == [call, output, msg("a", "assistant")]
+    assert await session.get_items(turns=1) == [fcall, fout, msg("a", "assistant")]
+
+    other = tstore.session(f"{sid}-across")
+    everything = await commit_approval_turns(other)
+    before = shape(await other.turns())
+    with pytest.raises(
+        ValueError,
+        match=r"rewind\(\): turn 2 of session .* splits a tool call from its output: "
+        r"function_call 'c1' is in turn 2, its function_call_output in turn 3",
+    ):
+        await other.rewind(to_turn=2)
+    for reader in (other, tstore.session(f"{sid}-across")):  # nothing applied
+        assert await reader.get_items() == everything
+        assert shape(await reader.turns()) == before
+    assert await other.undo_rewind() == 0  # no rewind was recorded
+    assert await other.rewind(to_turn=3) == 1  # after the output: the pair stays
+    assert await other.get_items() == everything[:4]
+    assert await other.undo_rewind() == 1
+    assert await other.rewind(to_turn=1) == 3  # before the call: the pair goes
+    assert await other.get_items() == everything[:1]
+    assert await other.undo_rewind() == 3
+    assert await other.get_items() == everything
+
+
+async def test_fork_refuses_an_at_turn_that_splits_a_tool_call_from_its_output(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    everything = await commit_approval_turns(session)
+    with pytest.raises(
+        ValueError,
+        match=r"fork\(\): turn 2 of session .* splits a tool call from its output: "
+        r"function_call 'c1' is in turn 2, its function_call_output in turn 3",
+    ):
+        await session.fork(f"{sid}-f2", at_turn=2)
+    assert await tstore.session(f"{sid}-f2").get_items() == []  # nothing applied
+    assert await tstore.session(f"{sid}-f2").turns() == []
+    assert await session.branches() == []
+    assert await session.fork(f"{sid}-f1", at_turn=1) == 1  # before the call
+    assert await tstore.session(f"{sid}-f1").get_items() == everything[:1]
+    assert await session.fork(f"{sid}-f3", at_turn=3) == 3  # after the output
+    assert await tstore.session(f"{sid}-f3").get_items() == everything[:4]
+    assert await session.fork(f"{sid}-f2", at_turn=4) == 4  # the refused id is free
+    assert await tstore.session(f"{sid}-f2").get_items() == everything
+
+
+async def test_an_output_stored_without_its_call_refuses_no_rewind_nor_fork(
+    tstore: Store[Any], sid: str
+) -> None:
+    """``integrity="off"`` may store an orphan output: no cut splits it from a call."""
+    session = tstore.session(sid, integrity="off")
+    orphan = {"type": "function_call_output", "call_id": "gone", "output": "ok"}
+    await commit_turns(session, 1)
+    await session.add_items([orphan, msg("a", "assistant")])
+    await session.commit()
+    assert await session.fork(f"{sid}-f", at_turn=1) == 1
+    assert await session.rewind(to_turn=1) == 1
+    assert await session.get_items() == [msg("t1.0")]
+
+
+@pytest.mark.parametrize("kind", sorted(CALL_OUTPUT))
+async def test_get_items_turns_never_starts_with_an_output_whose_call_is_in_an_earlier_turn(
+    tstore: Store[Any], sid: str, kind: str
+) -> None:
+    """The rule of ``limit=``: the window starts after the orphan output (trimmed, not
+    widened to the call's turn); ``integrity="off"`` returns it as is, as ``limit=``."""
+    session = tstore.session(sid)
+    await session.add_items([msg("q"), call(kind, "k1")])
+    await session.commit()
+    answer = [output(CALL_OUTPUT[kind], "k1"), msg("a", "assistant")]
+    await session.add_items(answer)
+    await session.commit()
+    assert await session.get_items(turns=1) == [msg("a", "assistant")]
+    assert await session.get_items(turns=1) == await session.get_items(2)
+    assert await session.get_items(turns=2) == [msg("q"), call(kind, "k1"), *answer]
+    await session.add_items([msg("q2")])  # the pending turn counts as one
+    assert await session.get_items(turns=2) == [msg("a", "assistant"), msg("q2")]
+    await session.rollback()
+    unchecked = tstore.session(sid, integrity="off")
+    assert await unchecked.get_items(turns=1) == answer
+    assert await unchecked.get_items(turns=1) == await unchecked.get_items(2)
+
+
+@pytest.mark.sdk_flow
+async def test_after_an_approval_get_items_turns_1_is_input_the_api_takes(
+    tstore: Store[Any], sid: str
+) -> None:
+    """A real approval flow: the call is committed with the paused run (turn 1), its output
+    with the resumed one (turn 2). ``get_items(turns=1)`` holds no orphan output, and
+    rewind and fork refuse the cut between the two turns."""
+    need_sdk("approvals")
+    from agents import function_tool
+
+    @function_tool(needs_approval=True)
+    def delete_account(user: str) -> str:
+        """Delete the user's account."""
+        return f"deleted {user}"
+
+    model = ScriptedModel(
+        [
+            [function_call("delete_account", {"user": "ann"}, call_id="c1")],
+            [assistant_message("done: deleted")],
+        ]
+    )
+    agent = Agent(name="admin", model=model, tools=[delete_account])
+    config = RunConfig(tracing_disabled=True)
+    session = tstore.session(sid)
+    async with session.transaction():
+        result = await Runner.run(agent, "delete ann", session=session, run_config=config)
+        assert result.interruptions
+        session.stage_run_state(result.to_state())
+    later = tstore.session(sid)  # the next request
+    async with later.transaction():
+        state = await later.load_run_state(agent)
+        for interruption in state.get_interruptions():
+            state.approve(interruption)
+        result = await Runner.run(agent, state, session=later, run_config=config)
+        assert result.final_output == "done: deleted"
+        later.discard_run_state()
+
+    turns = await later.turns()
+    assert len(turns) == 2
+    everything = await later.get_items()
+    first, second = everything[: turns[0].items], everything[turns[0].items :]
+    assert "function_call" in [item.get("type") for item in first]
+    assert [item.get("type") for item in second][0] == "function_call_output"  # across turns
+    window = await later.get_items(turns=1)
+    assert window and check_history(window) == []  # no orphan output: the API takes it
+    assert window == await later.get_items(len(second))  # as limit= trims it
+    with pytest.raises(ValueError, match="turn 1 of session .* splits a tool call"):
+        await later.rewind(to_turn=1)
+    with pytest.raises(ValueError, match="turn 1 of session .* splits a tool call"):
+        await later.fork(f"{sid}-paused", at_turn=1)
+    assert len(await later.turns()) == 2
 
 
 # ---------------------------------------------------------------- usage per turn (issue 15)
