@@ -98,9 +98,11 @@ async def test_set_info_alone_is_a_commit_and_fields_not_given_stay(
     )
 
 
-async def test_set_info_is_rolled_back_with_the_items_when_the_commit_fails(
+async def test_a_version_conflict_applies_neither_the_entry_nor_the_items_and_keeps_both_staged(
     store: Store[Any], sid: str
 ) -> None:
+    """The condition is checked before anything is written: this shows the staging,
+    not atomicity (``test_atomic_with_the_turn.py`` fails the transaction mid-write)."""
     await _commit(store, sid, user_id="carol")
     stale = store.session(sid)
     await stale.get_items()
