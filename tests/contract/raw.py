@@ -109,15 +109,19 @@ async def drop_poison_trigger(target: Target) -> None:
         await execute(target, "DROP TRIGGER IF EXISTS poison ON txs_items")
 
 
-async def add_failing_trigger(target: Target, table: str, session_id: str) -> None:
-    """Make the database reject, inside the commit's transaction, every row that a
-    commit of ``session_id`` inserts into ``table`` (a real trigger raising an error)."""
+async def add_failing_trigger(
+    target: Target, table: str, session_id: str, event: str = "INSERT"
+) -> None:
+    """Make the database reject, inside the writer's transaction, every row of
+    ``session_id`` that it inserts into ``table`` (``event="DELETE"``: deletes from it),
+    with a real trigger raising an error."""
     sid = session_id.replace("'", "''")
+    row = "OLD" if event == "DELETE" else "NEW"
     if target.kind == "sqlite":
         await execute(
             target,
-            f'CREATE TRIGGER "fail_{table}" BEFORE INSERT ON "{table}" '
-            f"WHEN NEW.session_id = '{sid}' "
+            f'CREATE TRIGGER "fail_{table}" BEFORE {event} ON "{table}" '
+            f"WHEN {row}.session_id = '{sid}' "
             f"BEGIN SELECT RAISE(ABORT, 'injected failure on {table}'); END",
         )
         return
@@ -128,8 +132,8 @@ async def add_failing_trigger(target: Target, table: str, session_id: str) -> No
     )
     await execute(
         target,
-        f'CREATE TRIGGER fail BEFORE INSERT ON "{table}" FOR EACH ROW '
-        f"WHEN (NEW.session_id = '{sid}') EXECUTE FUNCTION txs_test_fail()",
+        f'CREATE TRIGGER fail BEFORE {event} ON "{table}" FOR EACH ROW '
+        f"WHEN ({row}.session_id = '{sid}') EXECUTE FUNCTION txs_test_fail()",
     )
 
 
