@@ -91,6 +91,35 @@ async def test_a_commit_failing_at_any_of_its_writes_leaves_entry_state_usage_an
     assert after["run state"] == (state("after"), 2)
 
 
+@pytest.mark.parametrize("table", ["txs_items", "txs_turns"])
+async def test_a_plain_commit_failing_at_its_items_or_turn_leaves_usage_and_items_unchanged(
+    store: Store[Any], target: Target, sid: str, table: str
+) -> None:
+    """Items and usage only (no entry, no run state): on PostgreSQL the path of the
+    shared group-commit statement, not the explicit transaction of the test above."""
+    session = store.session(sid)
+    await session.add_items([msg("before")])
+    session.record_usage(TurnUsage(1, 2, 2, 0, 0))
+    await session.commit()
+    before = await durable(store, target, sid)
+    await session.add_items([msg("a"), msg("b")])
+    session.record_usage(TurnUsage(1, 5, 5, 0, 0))
+    await raw.add_failing_trigger(target, table, sid)
+    try:
+        with pytest.raises(CommitError, match=f"injected failure on {table}"):
+            await session.commit()
+        assert await durable(store, target, sid) == before
+    finally:
+        await raw.drop_failing_trigger(target, table)
+    await session.commit()
+    after = await durable(store, target, sid)
+    assert (after["items"], after["turns"]) == (
+        [msg("before"), msg("a"), msg("b")],
+        [(1, 1), (2, 2)],
+    )
+    assert after["usage"] == TurnUsage(2, 7, 7, 0, 0)
+
+
 async def test_a_fork_failing_after_its_record_is_written_leaves_no_record_and_no_items(
     store: Store[Any], target: Target, sid: str
 ) -> None:
