@@ -37,12 +37,15 @@ DOCUMENTS = (
     "docs/postgres.md",
     "docs/RELIABILITY.md",
     "docs/history.md",
+    "docs/catalogue.md",
 )
 
 _BEGIN = "<!-- generated:{name} (python -m benchmarks.docs; do not edit) -->"
 _END = "<!-- /generated:{name} -->"
+# A fragment that ends with a newline fills lines of its own; one that does not (e.g. a
+# table cell) is spliced inline, between its markers on one line.
 _REGION = re.compile(
-    r"<!-- generated:(?P<name>[a-z0-9-]+) \(python -m benchmarks\.docs; do not edit\) -->\n"
+    r"<!-- generated:(?P<name>[a-z0-9-]+) \(python -m benchmarks\.docs; do not edit\) -->\n?"
     r"(?P<body>.*?)"
     r"<!-- /generated:(?P=name) -->",
     re.S,
@@ -329,8 +332,8 @@ def render() -> dict[str, str]:
 
 
 def _register_others() -> None:
-    """Fragments of the other commands (failover, scale), if they exist here."""
-    for module in ("failover", "scale"):
+    """Fragments of the other commands (failover, scale, catalogue), if they exist here."""
+    for module in ("failover", "scale", "catalogue"):
         try:
             __import__(f"benchmarks.{module}")
         except ImportError:
@@ -354,7 +357,8 @@ def splice(text: str, fragments: dict[str, str]) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
         body = fragments.get(name, match.group("body"))
-        return f"{_BEGIN.format(name=name)}\n{body}{_END.format(name=name)}"
+        newline = "\n" if body.endswith("\n") else ""
+        return f"{_BEGIN.format(name=name)}{newline}{body}{_END.format(name=name)}"
 
     return _REGION.sub(replace, text)
 

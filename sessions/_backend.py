@@ -406,9 +406,10 @@ class AdminBackend(Protocol):
         """Metadata of one session, ``None`` if it has never been committed to."""
         ...
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str, *, keep_forks: bool = False) -> bool:
         """Delete a session's items, batch records, quarantine and metadata in one
-        transaction. ``True`` if the session existed."""
+        transaction, with its own fork record and (unless ``keep_forks``) the records of
+        the sessions forked from it. ``True`` if the session existed."""
         ...
 
     async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:

@@ -357,12 +357,17 @@ class Store(AsyncResource, Generic[S]):
         total, _ = await backend.usage_totals(None, since)
         return total
 
-    async def delete_session(self, session_id: str) -> bool:
+    async def delete_session(self, session_id: str, *, keep_forks: bool = False) -> bool:
         """Delete one session's history, quarantine and metadata; ``False`` if it did
-        not exist."""
+        not exist. Its own fork record goes with it; the records of the sessions forked
+        from it (:meth:`~sessions.BufferedSession.branches`) too, unless ``keep_forks``
+        (what ``import_sessions(mode="replace")`` does: the forks still exist)."""
         validate_session_id(session_id)
+        if not isinstance(keep_forks, bool):
+            raise TypeError(f"keep_forks must be a bool, got {type(keep_forks).__name__}")
         try:
-            return await self._admin("delete_session").delete_session(session_id)
+            admin = self._admin("delete_session")
+            return await admin.delete_session(session_id, keep_forks=keep_forks)
         finally:
             self.write_marks.forget(session_id)
 

@@ -25,8 +25,11 @@ What happens to a session of the file that the store already has is the ``mode``
   where it stopped. So importing an export back into the store it came from, or the
   same file twice, never duplicates a history.
 * ``append``: the file's items go after the items the session has.
-* ``replace``: the session is deleted first (history, metadata, batch records), then
-  imported. Not one transaction with the import: if interrupted, run it again.
+* ``replace``: the session is deleted first (history, metadata, batch records, its own
+  fork record), then imported. Not one transaction with the import: if interrupted,
+  run it again. The records of the sessions forked from it are kept (those sessions
+  still exist, holding the turns they were forked with): ``branches()`` still lists
+  them. An export carries no fork records, so the imported session is no fork.
 
 Before the first chunk of a session, a marker batch (no items) records how this
 content was imported (``created`` or ``appended``, with a digest of the session's items
@@ -621,7 +624,8 @@ async def _start_session(
     created, appended = writer.marker_id("created", digest), writer.marker_id("appended", digest)
     kind = "created"
     if mode == "replace":
-        if await store.delete_session(session_id):
+        # The sessions forked from it still exist: their records stay (docs/cli.md).
+        if await store.delete_session(session_id, keep_forks=True):
             result.replaced.append(session_id)
     elif await store.session_info(session_id) is not None and not await writer.present(created):
         if await writer.present(appended) or mode == "append":

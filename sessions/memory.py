@@ -360,30 +360,37 @@ class MemoryBackend:
         history = self._sessions.get(session_id)
         return None if history is None else history.info(session_id)
 
-    async def delete_session(self, session_id: str) -> bool:
-        return self._drop(session_id)
+    async def delete_session(self, session_id: str, *, keep_forks: bool = False) -> bool:
+        return bool(self._delete([session_id], lambda _h: True, keep_forks=keep_forks))
 
-    def _drop(self, session_id: str) -> bool:
-        """Delete a session with its own fork record and its forks' records of it (as
-        the SQL backends do); whether it existed."""
+    def _drop(self, session_id: str, *, keep_forks: bool = False) -> bool:
+        """Delete a session with its own fork record and (unless ``keep_forks``) its
+        forks' records of it, as the SQL backends do; whether it existed."""
         if self._sessions.pop(session_id, None) is None:
             return False
-        for history in self._sessions.values():
-            if history.fork_of is not None and history.fork_of[0] == session_id:
-                history.fork_of = None
+        if not keep_forks:
+            for history in self._sessions.values():
+                if history.fork_of is not None and history.fork_of[0] == session_id:
+                    history.fork_of = None
         return True
 
     async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:
         return self._delete(session_ids, lambda h: h.updated_at < stale_before)
 
     def _delete(
-        self, session_ids: Sequence[str], qualifies: Callable[[_History], bool]
+        self,
+        session_ids: Sequence[str],
+        qualifies: Callable[[_History], bool],
+        *,
+        keep_forks: bool = False,
     ) -> list[str]:
+        """Delete each of ``session_ids`` that qualifies, with (unless ``keep_forks``)
+        the records of the sessions forked from it, as the SQL backends do."""
         gone = []
         for session_id in session_ids:
             history = self._sessions.get(session_id)
             if history is not None and qualifies(history):
-                self._drop(session_id)
+                self._drop(session_id, keep_forks=keep_forks)
                 gone.append(session_id)
         return gone
 

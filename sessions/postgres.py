@@ -1405,8 +1405,8 @@ class PostgresBackend:
 
         return await self._run("prune_batches", run)
 
-    async def delete_session(self, session_id: str) -> bool:
-        return bool(await self._delete([session_id], None, None))
+    async def delete_session(self, session_id: str, *, keep_forks: bool = False) -> bool:
+        return bool(await self._delete([session_id], None, None, keep_forks=keep_forks))
 
     async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:
         if stale_before.tzinfo is None:
@@ -1428,9 +1428,11 @@ class PostgresBackend:
         expiry: tuple[datetime, float | None] | None,
         *,
         user_id: str | None = None,
+        keep_forks: bool = False,
     ) -> list[str]:
         """Delete, in one transaction, each session (of ``session_ids``, or of
-        ``user_id``) that still qualifies once its row is locked; the ids deleted."""
+        ``user_id``) that still qualifies once its row is locked; the ids deleted.
+        ``keep_forks``: keep the records of the sessions forked from them."""
         sessions = self._names.table("sessions")
         key: str | list[str]
         if user_id is None:
@@ -1453,7 +1455,8 @@ class PostgresBackend:
                     f"DELETE FROM {self._names.table(table)} WHERE session_id = ANY($1::text[])",
                     ids,
                 )
-            await conn.execute(self._extra_sql.branches_delete, ids)
+            if not keep_forks:
+                await conn.execute(self._extra_sql.branches_delete, ids)
             await conn.execute(f"DELETE FROM {sessions} WHERE session_id = ANY($1::text[])", ids)
             phase.commit_sent = True
             await conn.execute("COMMIT")

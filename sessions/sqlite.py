@@ -690,9 +690,11 @@ def _delete(
     session_ids: Sequence[str],
     stale_before: float | None,
     expiry: _Expiry | None = None,
+    keep_forks: bool = False,
 ) -> list[str]:
     """Delete, in one transaction, each session that (checked inside it) still
-    qualifies; the ids of those that existed."""
+    qualifies; the ids of those that existed. ``keep_forks``: keep the records of the
+    sessions forked from them."""
     deleted: list[str] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -701,7 +703,8 @@ def _delete(
                 continue
             for table in SESSION_TABLES:
                 conn.execute(f'DELETE FROM "{table}" WHERE session_id = ?', (session_id,))
-            conn.execute("DELETE FROM txs_branches WHERE source_id = ?", (session_id,))
+            if not keep_forks:
+                conn.execute("DELETE FROM txs_branches WHERE source_id = ?", (session_id,))
             gone = conn.execute("DELETE FROM txs_sessions WHERE session_id = ?", (session_id,))
             if gone.rowcount > 0:
                 deleted.append(session_id)
@@ -1011,8 +1014,8 @@ class SQLiteBackend:
     async def prune_batches(self, cutoff: datetime, *, keep_prefixes: Sequence[str]) -> int:
         return await self._run("prune", _prune, cutoff.timestamp(), list(keep_prefixes))
 
-    async def delete_session(self, session_id: str) -> bool:
-        return bool(await self._run("delete", _delete, [session_id], None))
+    async def delete_session(self, session_id: str, *, keep_forks: bool = False) -> bool:
+        return bool(await self._run("delete", _delete, [session_id], None, None, keep_forks))
 
     async def delete_stale(self, session_ids: Sequence[str], stale_before: datetime) -> list[str]:
         before = stale_before.timestamp()

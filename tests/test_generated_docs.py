@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import docs
+from benchmarks import catalogue, docs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,7 +40,8 @@ def test_every_generated_region_has_a_fragment_of_the_same_text(document: str) -
 
 def test_readme_and_benchmark_docs_include_the_benchmark_figures() -> None:
     for document, names in (
-        ("README.md", {"benchmarks-summary", "failover-summary"}),
+        ("README.md", {"benchmarks-summary", "failover-summary", "catalogue-claim"}),
+        ("docs/catalogue.md", {"catalogue-claim"}),
         ("docs/benchmarks.md", {"benchmarks-results"}),
         ("docs/postgres.md", {"benchmarks-postgres"}),
     ):
@@ -59,3 +60,25 @@ def test_the_measured_figure_pattern_catches_what_it_should() -> None:
     sample = "0.82x raw; 1,616 turns/s; 245 µs; 0.57 ms; 12 runs/s"
     assert len(MEASURED.findall(sample)) == 5
     assert MEASURED.findall("5-turn run, 4 items, 100 sessions, pool of 2, 60 s timeout") == []
+
+
+def _catalogue_results(count_user: float) -> dict[str, object]:
+    ratios = {"first_page": 0.99, "count_user": count_user}
+    backend = {"sizes": {"small": 1000, "large": 100000}, "large_over_small": ratios}
+    return {
+        "meta": {"date": "2026-12-03 12:43 UTC"},
+        "backends": {"sqlite": backend, "postgres": {**backend, "large_over_small": {}}},
+    }
+
+
+def test_the_catalogue_claim_says_no_for_a_backend_with_a_query_over_the_target() -> None:
+    over = catalogue.claim(_catalogue_results(1.6))
+    assert over.startswith("no on SQLite (`count_user`: 1.60x); yes on PostgreSQL. ")
+    assert catalogue.claim(_catalogue_results(1.5)).startswith("yes on SQLite; yes on PostgreSQL. ")
+
+
+def test_the_readme_catalogue_row_is_the_generated_claim() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in readme.splitlines() if line.startswith("| page cost independent"))
+    claim = (ROOT / "docs" / "generated" / "catalogue-claim.md").read_text(encoding="utf-8")
+    assert row.split(" | ")[1].endswith(f"-->{claim}<!-- /generated:catalogue-claim -->")

@@ -107,3 +107,38 @@ async def drop_poison_trigger(target: Target) -> None:
         await execute(target, "DROP TRIGGER IF EXISTS poison")
     else:
         await execute(target, "DROP TRIGGER IF EXISTS poison ON txs_items")
+
+
+async def add_failing_trigger(
+    target: Target, table: str, session_id: str, event: str = "INSERT"
+) -> None:
+    """Make the database reject, inside the writer's transaction, every row of
+    ``session_id`` that it inserts into ``table`` (``event="DELETE"``: deletes from it),
+    with a real trigger raising an error."""
+    sid = session_id.replace("'", "''")
+    row = "OLD" if event == "DELETE" else "NEW"
+    if target.kind == "sqlite":
+        await execute(
+            target,
+            f'CREATE TRIGGER "fail_{table}" BEFORE {event} ON "{table}" '
+            f"WHEN {row}.session_id = '{sid}' "
+            f"BEGIN SELECT RAISE(ABORT, 'injected failure on {table}'); END",
+        )
+        return
+    await execute(
+        target,
+        "CREATE OR REPLACE FUNCTION txs_test_fail() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN RAISE EXCEPTION 'injected failure on %', TG_TABLE_NAME; END $$",
+    )
+    await execute(
+        target,
+        f'CREATE TRIGGER fail BEFORE {event} ON "{table}" FOR EACH ROW '
+        f"WHEN ({row}.session_id = '{sid}') EXECUTE FUNCTION txs_test_fail()",
+    )
+
+
+async def drop_failing_trigger(target: Target, table: str) -> None:
+    if target.kind == "sqlite":
+        await execute(target, f'DROP TRIGGER IF EXISTS "fail_{table}"')
+    else:
+        await execute(target, f'DROP TRIGGER IF EXISTS fail ON "{table}"')

@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from sessions import Store
-from sessions.errors import CommitConflictError, CommitVersionConflictError, SessionError
+from sessions.errors import (
+    CommitConflictError,
+    CommitVersionConflictError,
+    SessionError,
+    StorageError,
+)
 from tests.conftest import Target
 from tests.contract import raw
 
@@ -98,9 +103,11 @@ async def test_set_info_alone_is_a_commit_and_fields_not_given_stay(
     )
 
 
-async def test_set_info_is_rolled_back_with_the_items_when_the_commit_fails(
+async def test_a_version_conflict_applies_neither_the_entry_nor_the_items_and_keeps_both_staged(
     store: Store[Any], sid: str
 ) -> None:
+    """The condition is checked before anything is written: this shows the staging,
+    not atomicity (``test_atomic_with_the_turn.py`` fails the transaction mid-write)."""
     await _commit(store, sid, user_id="carol")
     stale = store.session(sid)
     await stale.get_items()
@@ -377,6 +384,28 @@ async def test_delete_user_erases_every_row_of_that_user_and_nothing_else(
         assert rows == left.get(table, 0), table
     assert await store.count_sessions(user_id=user) == 0
     assert await store.delete_user(user) == []
+
+
+async def test_delete_user_failing_at_its_last_session_deletes_none_of_its_sessions(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    """One transaction: the database rejects deleting the user's last session row (after
+    every other table's rows and the other sessions' rows were deleted in it)."""
+    user = f"{sid}-user"
+    mine = [f"{sid}-{i}" for i in range(3)]
+    for session_id in mine:
+        await _commit(store, session_id, user_id=user, tags={"t"})
+    await raw.add_failing_trigger(target, "txs_sessions", mine[-1], event="DELETE")
+    try:
+        with pytest.raises(StorageError, match="injected failure on txs_sessions"):
+            await store.delete_user(user)
+    finally:
+        await raw.drop_failing_trigger(target, "txs_sessions")
+    assert await store.count_sessions(user_id=user) == 3
+    for session_id in mine:
+        assert await raw.stored_rows(target, session_id) == 1
+        assert await store.session(session_id).get_items() == [msg(session_id)]
+    assert sorted(await store.delete_user(user)) == mine
 
 
 def _session_tables(target: Target) -> list[str]:
