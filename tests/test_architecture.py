@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "sessions"
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 MAX_FUNCTION_LINES = 60
 
 
@@ -79,6 +81,61 @@ def test_there_is_no_import_cycle_inside_sessions_typing_imports_included() -> N
 
 def test_the_cycle_finder_finds_a_planted_cycle() -> None:
     assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+def _layer_table() -> dict[str, int]:
+    """docs/architecture.md's layer table: file name (``_x.py``, ``cli/``) -> layer."""
+    layers: dict[str, int] = {}
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        row = re.match(r"\| (\d+) \| (.+?) \| ", line)
+        if row:
+            for name in re.findall(r"`([^`]+)`", row.group(2)):
+                layers[name] = int(row.group(1))
+    return layers
+
+
+def _row_of(module: str) -> str:
+    """The table's name for a module: ``sessions._x`` -> ``_x.py``, ``sessions.cli.y`` ->
+    ``cli/``, ``sessions`` -> ``__init__.py``."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "__init__.py"
+    if len(parts) > 1 or (PACKAGE / parts[0]).is_dir():
+        return parts[0] + "/"
+    return parts[0] + ".py"
+
+
+def layer_violations(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
+    """Imports of a module in a lower layer (a greater number) than the importer's, and
+    modules with no row in the table."""
+    found: list[str] = []
+    for module in sorted(graph):
+        row = _row_of(module)
+        if row not in layers:
+            found.append(f"{module}: no row in docs/architecture.md")
+            continue
+        for target in sorted(graph[module]):
+            there = _row_of(target)
+            if there != row and layers.get(there, -1) > layers[row]:
+                found.append(
+                    f"{module} (layer {layers[row]}) imports {target} (layer {layers[there]})"
+                )
+    return found
+
+
+def test_every_import_goes_to_the_same_layer_or_one_above_as_architecture_md_says() -> None:
+    layers = _layer_table()
+    assert len(layers) > 30  # the table was read
+    assert layer_violations(_import_graph(), layers) == []
+
+
+def test_the_layer_check_finds_a_planted_upward_import_and_a_module_without_a_row() -> None:
+    graph = {"sessions._backend": {"sessions._session"}, "sessions._new": set()}
+    layers = {"_backend.py": 0, "_session.py": 4}
+    assert layer_violations(graph, layers) == [
+        "sessions._backend (layer 0) imports sessions._session (layer 4)",
+        "sessions._new: no row in docs/architecture.md",
+    ]
 
 
 def _delegations(tree: ast.Module) -> set[int]:

@@ -7,7 +7,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .. import Backend, Batch, BufferedSession, Store
+from .._backend import Backend, Batch
+from .._session import BufferedSession
+from .._store import Store
 
 __all__ = ["Spawn", "Subject", "WriteHooks", "store_subject", "wrapper_subject"]
 

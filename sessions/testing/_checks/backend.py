@@ -13,8 +13,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ... import Batch, Store
+from ..._backend import Batch
 from ..._commit import write_batches
+from ..._store import Store
 from .._capabilities import Capability
 from .._spec import ConformanceFailure, Context, check, expect, expect_equal, msg
 from .._subject import WriteHooks
