@@ -36,10 +36,10 @@ from ._backend import (
 )
 from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import check_life, decode_metadata, version_conflict
+from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
-from .errors import ConflictError
 
 __all__ = ["MemoryBackend", "MemorySession", "MemoryStore"]
 
@@ -121,10 +121,7 @@ def _rewind(
     number = max(n for n, _ in hidden.rows.values())
     back = sorted(key for key, (n, _) in hidden.rows.items() if n == number)
     if any(key > back[0] for key in rows):
-        raise ConflictError(
-            f"session {session_id!r}: turns were committed after the rewound ones; "
-            "undoing the rewind would interleave them"
-        )
+        raise undo_blocked(session_id)
     for key in back:
         rows[key] = hidden.rows.pop(key)[1]
     turns.extend(t for n, t in hidden.turns if n == number)
@@ -217,20 +214,17 @@ def _quarantined(quarantine: list[QuarantineEntry], batch: Batch, now: datetime)
 def _rows_after(rows: dict[int, str], batch: Batch, next_key: int, session_id: str) -> int:
     """Apply ``batch``'s pops and items to ``rows`` (a copy), check its tail condition;
     return the next free key."""
+    missing = sum(1 for key in batch.pops if key not in rows)
+    if missing:
+        raise pops_gone(session_id, missing, len(batch.pops))
     for key in batch.pops:
-        if rows.pop(key, None) is None:
-            raise ConflictError(
-                f"session {session_id!r}: popped item {key} was already removed by another writer"
-            )
+        del rows[key]
     first = next_key
     for text in batch.items:
         rows[next_key] = text
         next_key += 1
     if batch.tail is not None and any(batch.tail < key < first for key in rows):
-        raise ConflictError(
-            f"session {session_id!r}: items were stored after the end of the history "
-            "this replacement was prepared against"
-        )
+        raise tail_moved(session_id)
     return next_key
 
 
@@ -266,10 +260,7 @@ def _run_state_after(
     assert change is not None
     version = current[1]
     if change.expect_version is not None and change.expect_version != version:
-        raise ConflictError(
-            f"session {session_id!r}: the saved run state is at version {version}, "
-            f"not {change.expect_version} as when it was read"
-        )
+        raise run_state_moved(session_id, version, change.expect_version)
     return change.text, version + 1, change.label
 
 

@@ -58,6 +58,7 @@ from ._catalogue import (
     validate_ttl,
     version_conflict,
 )
+from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -72,7 +73,6 @@ from ._shield import Firm
 from ._store import Store
 from ._validate import validate_identifier, validate_positive_int, validate_seconds
 from .errors import (
-    ConflictError,
     DeletedConflictError,
     StorageError,
     StoreClosedError,
@@ -1181,10 +1181,7 @@ class PostgresBackend:
                 *_turn_args(batch),
             )
             if recorded and not batch.clear and removed != len(batch.pops):
-                raise ConflictError(
-                    f"session {session_id!r}: {len(batch.pops) - removed} of "
-                    f"{len(batch.pops)} popped item(s) were already removed by another writer"
-                )
+                raise pops_gone(session_id, len(batch.pops) - removed, len(batch.pops))
             if recorded and batch.restore_times is not None:
                 await conn.execute(self._sql.restore_times, session_id, *batch.restore_times)
             if recorded and not batch.plain:
@@ -1210,18 +1207,12 @@ class PostgresBackend:
             await self._write_info(conn, session_id, batch.info)
         if batch.tail is not None:
             if await conn.fetchval(sql.newer, session_id, batch.tail, batch.batch_id):
-                raise ConflictError(
-                    f"session {session_id!r}: items were stored after the end of the "
-                    "history this replacement was prepared against"
-                )
+                raise tail_moved(session_id)
         change = batch.run_state
         if change is not None:
             current = await conn.fetchval(sql.run_state_version, session_id) or 0
             if change.expect_version is not None and change.expect_version != current:
-                raise ConflictError(
-                    f"session {session_id!r}: the saved run state is at version {current}, "
-                    f"not {change.expect_version} as when it was read"
-                )
+                raise run_state_moved(session_id, current, change.expect_version)
             await conn.execute(
                 sql.run_state_write, session_id, current + 1, change.text, change.label
             )
@@ -1261,10 +1252,7 @@ class PostgresBackend:
         if newest is None:
             return  # nothing hidden, nothing to undo
         if await conn.fetchval(sql.unhide_blocked, session_id, newest):
-            raise ConflictError(
-                f"session {session_id!r}: turns were committed after the rewound ones; "
-                "undoing the rewind would interleave them"
-            )
+            raise undo_blocked(session_id)
         await conn.execute(sql.unhide, session_id, newest)
 
     async def _write_info(self, conn: Any, session_id: str, change: InfoChange) -> None:

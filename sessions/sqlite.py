@@ -37,6 +37,7 @@ from ._backend import (
 )
 from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import check_life, decode_metadata, validate_ttl, version_conflict
+from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -50,7 +51,7 @@ from ._shield import Firm
 from ._store import Store
 from ._validate import validate_seconds
 from ._worker import Worker, WorkerStoppedError, call_in_loop
-from .errors import ConflictError, StorageError, StoreClosedError, TransientStorageError
+from .errors import StorageError, StoreClosedError, TransientStorageError
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteBackend", "SQLiteSession", "SQLiteStore"]
 
@@ -272,11 +273,7 @@ def _apply_batches(
         elif batch.pops:
             removed = conn.executemany(_SQL_POP, [(session_id, key) for key in batch.pops]).rowcount
             if removed != len(batch.pops):
-                raise ConflictError(
-                    f"session {session_id!r}: {len(batch.pops) - removed} of "
-                    f"{len(batch.pops)} popped item(s) were already removed by "
-                    "another writer"
-                )
+                raise pops_gone(session_id, len(batch.pops) - removed, len(batch.pops))
         n = len(batch.items)
         bump = {"sid": session_id, "now": now, "n": n, "clear": batch.clear, "removed": removed}
         base, version = conn.execute(_SQL_BUMP, bump).fetchone()
@@ -340,19 +337,13 @@ def _apply_extras(
         _write_info(conn, session_id, batch.info)
     if batch.tail is not None:
         if conn.execute(_SQL_NEWER, (session_id, batch.tail, batch.batch_id)).fetchone():
-            raise ConflictError(
-                f"session {session_id!r}: items were stored after the end of the history "
-                "this replacement was prepared against"
-            )
+            raise tail_moved(session_id)
     change = batch.run_state
     if change is not None:
         row = conn.execute(_SQL_RUN_STATE_VERSION, (session_id,)).fetchone()
         current = 0 if row is None else row[0]
         if change.expect_version is not None and change.expect_version != current:
-            raise ConflictError(
-                f"session {session_id!r}: the saved run state is at version {current}, "
-                f"not {change.expect_version} as when it was read"
-            )
+            raise run_state_moved(session_id, current, change.expect_version)
         conn.execute(
             _SQL_RUN_STATE_WRITE, (session_id, current + 1, change.text, change.label, now)
         )
@@ -418,10 +409,7 @@ def _rewind(conn: sqlite3.Connection, session_id: str, hide_after: int | None) -
     if hide_after is None:
         params["r"] = newest
         if conn.execute(_SQL_UNHIDE_BLOCKED, params).fetchone():
-            raise ConflictError(
-                f"session {session_id!r}: turns were committed after the rewound ones; "
-                "undoing the rewind would interleave them"
-            )
+            raise undo_blocked(session_id)
     insert, delete, turns = _SQL_HIDE if hide_after is not None else _SQL_UNHIDE
     moved = conn.execute(insert, params).rowcount
     conn.execute(delete, params)
