@@ -64,6 +64,7 @@ from ._validate import (
 from .errors import (
     CommitConflictError,
     CommitError,
+    InvalidHistoryError,
     SessionClosedError,
     SessionError,
     StorageError,
@@ -848,6 +849,21 @@ class BufferedSession(AsyncResource):
         openai-agents before 0.7 did in ``stream_events()``) still counts: on Python
         3.11 and later the block then rolls back and ``CancelledError`` is raised,
         instead of committing a turn cut short.
+
+        When the commit at the block's exit is refused with a known outcome (nothing
+        applied: :class:`~sessions.errors.InvalidHistoryError`, a
+        :class:`~sessions.errors.CommitConflictError` such as a version conflict, or any
+        :class:`~sessions.errors.CommitError` with ``outcome_known=True``), the block's
+        staged changes are rolled back (exactly as :meth:`rollback` does; a warning is
+        logged and, from Python 3.11, a note added to the error) and the error is
+        re-raised: a block commits whole or leaves nothing staged, so the next
+        transaction on this session commits only its own changes. When the outcome is
+        unknown (a :class:`~sessions.errors.CommitError` with ``outcome_known=False``,
+        for example ``commit_timeout`` passed while the database hung), the changes stay
+        staged: the next read, pop, clear or commit resolves them by batch id (applied
+        once or not at all), and ``rollback()`` discards what did not land. A
+        ``commit()`` called by hand, outside ``transaction()``, keeps its changes staged
+        on any failure.
         """
         self._check_open("transaction")
         if any(tx.owner is self._token and not tx.finished for tx in _ACTIVE_TX.get()):
@@ -870,7 +886,33 @@ class BufferedSession(AsyncResource):
             raise
         tx.finished = True
         _ACTIVE_TX.reset(reset)
-        await self.commit()
+        try:
+            await self.commit()
+        except (CommitError, InvalidHistoryError) as exc:
+            if _outcome_known(exc) and not self.closed and not self._staging.in_doubt():
+                await self._rollback_refused(exc)
+            raise
+
+    async def _rollback_refused(self, exc: CommitError | InvalidHistoryError) -> None:
+        """Roll back a block whose exit commit was refused with nothing applied."""
+        pending = self.pending
+        await self._rollback_on_error()
+        logger.warning(
+            "session %r: the commit at the end of transaction() was refused (%s, nothing "
+            "applied); its staged changes were rolled back (%d item(s), %d pop(s), "
+            "clear=%s)",
+            self.session_id,
+            type(exc).__name__,
+            pending.items,
+            pending.pops,
+            pending.clear,
+        )
+        add_note = getattr(exc, "add_note", None)  # Python 3.11+
+        if add_note is not None:
+            add_note(
+                "transaction() rolled the staged changes of this block back: nothing of "
+                "it is staged any more"
+            )
 
     async def _rollback_on_error(self) -> None:
         try:
@@ -1162,6 +1204,11 @@ class BufferedSession(AsyncResource):
 
 async def _never(start: int, output: list[Any]) -> bool:
     return False
+
+
+def _outcome_known(exc: CommitError | InvalidHistoryError) -> bool:
+    """Whether a failed commit is known to have applied nothing."""
+    return isinstance(exc, InvalidHistoryError) or exc.outcome_known
 
 
 def _cancel_requests() -> int:
