@@ -667,6 +667,17 @@ class BufferedSession(AsyncResource):
         return backend
 
     # ------------------------------------------------------------------ SDK compaction
+    #
+    # The hooks replace history without calling get_items / add_items / pop_item /
+    # clear_session. A subclass that overrides one of those (to redact, encrypt, index or
+    # refuse what is stored) would be bypassed, so the hooks are offered only where the
+    # class that defines them is at least as derived as every class that defines one of
+    # those four (_offers_hook): our own classes, and subclasses that override none of
+    # the four. Otherwise they answer None / False and the SDK falls back to its generic
+    # path, which calls the overrides, as it does for subclasses of its own sessions
+    # ("must supply their own snapshot operation rather than inherit a bypass"). A
+    # subclass opts back in by overriding the hook itself (calling ours through super()
+    # and applying its own transforms to what the hook stores).
 
     async def _get_compaction_snapshot(
         self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
@@ -679,9 +690,15 @@ class BufferedSession(AsyncResource):
         autocommit the replacement is one commit of its own; otherwise it is staged
         with the open transaction (later reads see it; ``rollback()`` drops it).
         ``prune_prefix`` also removes the oldest stored items it accepts.
+
+        ``None`` (the SDK then uses its generic path) on a subclass that overrides
+        ``get_items``, ``add_items``, ``pop_item`` or ``clear_session`` without
+        overriding this hook too (see ``docs/sdk-flows.md``).
         """
         self._check_open("get_items")
         n = validate_limit(limit, "limit")
+        if not _offers_hook(type(self), "_get_compaction_snapshot"):
+            return None
         if not n or make_compaction_snapshot([], True, _never) is None:
             return None
         if not self._replacements_supported(suffix=True):
@@ -706,9 +723,14 @@ class BufferedSession(AsyncResource):
         """The Agents SDK's whole-history replacement hook (openai-agents 0.24+).
 
         Replaces every item with ``items``: one commit of its own with autocommit,
-        staged with the open transaction otherwise.
+        staged with the open transaction otherwise. ``False`` (nothing changed; the SDK
+        then clears and adds through ``clear_session`` and ``add_items``) on a subclass
+        that overrides one of the four ``Session`` methods without overriding this hook
+        too, as for :meth:`_get_compaction_snapshot`.
         """
         self._check_open("clear_session")
+        if not _offers_hook(type(self), "_atomic_replace_items"):
+            return False
         texts, shapes = encode_staged(items)
         if not self._replacements_supported(suffix=False):
             return False
@@ -1204,6 +1226,26 @@ class BufferedSession(AsyncResource):
 
 async def _never(start: int, output: list[Any]) -> bool:
     return False
+
+
+#: The ``Session`` methods whose overrides the compaction hooks would bypass.
+_SESSION_METHODS = ("get_items", "add_items", "pop_item", "clear_session")
+
+
+def _defined_by(cls: type, name: str) -> type:
+    """The class of ``cls.__mro__`` whose own namespace defines ``name``."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    return object
+
+
+def _offers_hook(cls: type, hook: str) -> bool:
+    """Whether sessions of ``cls`` offer the SDK's compaction ``hook``: only when the class
+    defining it is (a subclass of) every class defining one of :data:`_SESSION_METHODS`,
+    so that no override of theirs is bypassed."""
+    owner = _defined_by(cls, hook)
+    return all(issubclass(owner, _defined_by(cls, name)) for name in _SESSION_METHODS)
 
 
 def _outcome_known(exc: CommitError | InvalidHistoryError) -> bool:
