@@ -560,6 +560,30 @@ def redacting(base: type[BufferedSession]) -> type[BufferedSession]:
     return Redacting
 
 
+class RedactingMixin:
+    """The same redaction as a mixin, placed before the session class in the bases."""
+
+    async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
+        await super().add_items(redact(items), wrapper=wrapper)  # type: ignore[misc]
+
+
+def redacting_by_mixin(base: type[BufferedSession]) -> type[BufferedSession]:
+    class RedactingByMixin(RedactingMixin, base):  # type: ignore[valid-type,misc]
+        pass
+
+    return RedactingByMixin
+
+
+def redacting_with_its_own_snapshot(base: type[BufferedSession]) -> type[BufferedSession]:
+    """Opted back in for the suffix hook only (it then answers for what that stores)."""
+
+    class RedactingSnapshot(redacting(base)):  # type: ignore[misc]
+        async def _get_compaction_snapshot(self, limit: int, **options: Any) -> Any:
+            return await super()._get_compaction_snapshot(limit, **options)
+
+    return RedactingSnapshot
+
+
 def redacting_with_its_own_hook(base: type[BufferedSession]) -> type[BufferedSession]:
     """Opted back in: redacts in ``add_items`` and in the whole-history hook it overrides."""
 
@@ -701,12 +725,15 @@ async def test_compaction_goes_through_a_subclass_clear_session_that_raises_or_b
         assert covered(stored) == ["q1", "a1", "q2", "a2"]
 
 
+@pytest.mark.parametrize(
+    "make", [redacting, redacting_by_mixin], ids=["override-in-the-class", "override-in-a-mixin"]
+)
 async def test_a_subclass_that_overrides_a_session_method_is_offered_no_hook(
-    opened: Opened,
+    opened: Opened, make: Callable[[type[BufferedSession]], type[BufferedSession]]
 ) -> None:
     """The hooks answer "not here" (``None`` / ``False``, nothing changed) on every SDK
     release, so the SDK cannot bypass the override through them."""
-    async with as_subclass(opened, redacting) as sub:
+    async with as_subclass(opened, make) as sub:
         await sub.seed(SEED)
         assert await sub.session._get_compaction_snapshot(5) is None
         assert await sub.session._atomic_replace_items([msg(SECRET)]) is False
@@ -754,3 +781,13 @@ async def test_a_subclass_that_overrides_the_hook_itself_is_offered_it(
         (stored,) = await sub.stored()
         assert stored["encrypted_content"].endswith(" password=[redacted]"), stored
         assert writes.count == 1, writes.kinds
+
+
+async def test_a_subclass_that_overrides_the_snapshot_hook_itself_is_offered_that_hook_only(
+    opened: Opened,
+) -> None:
+    need_sdk("compaction_snapshot")
+    async with as_subclass(opened, redacting_with_its_own_snapshot) as sub:
+        await sub.seed(SEED)
+        assert await sub.session._get_compaction_snapshot(5) is not None
+        assert await sub.session._atomic_replace_items([msg("summary")]) is False
