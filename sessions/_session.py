@@ -64,6 +64,7 @@ from ._validate import (
 from .errors import (
     CommitConflictError,
     CommitError,
+    InvalidHistoryError,
     SessionClosedError,
     SessionError,
     StorageError,
@@ -690,6 +691,17 @@ class BufferedSession(AsyncResource):
         return backend
 
     # ------------------------------------------------------------------ SDK compaction
+    #
+    # The hooks replace history without calling get_items / add_items / pop_item /
+    # clear_session. A subclass that overrides one of those (to redact, encrypt, index or
+    # refuse what is stored) would be bypassed, so the hooks are offered only where the
+    # class that defines them is at least as derived as every class that defines one of
+    # those four (_offers_hook): our own classes, and subclasses that override none of
+    # the four. Otherwise they answer None / False and the SDK falls back to its generic
+    # path, which calls the overrides, as it does for subclasses of its own sessions
+    # ("must supply their own snapshot operation rather than inherit a bypass"). A
+    # subclass opts back in by overriding the hook itself (calling ours through super()
+    # and applying its own transforms to what the hook stores).
 
     async def _get_compaction_snapshot(
         self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
@@ -702,9 +714,15 @@ class BufferedSession(AsyncResource):
         autocommit the replacement is one commit of its own; otherwise it is staged
         with the open transaction (later reads see it; ``rollback()`` drops it).
         ``prune_prefix`` also removes the oldest stored items it accepts.
+
+        ``None`` (the SDK then uses its generic path) on a subclass that overrides
+        ``get_items``, ``add_items``, ``pop_item`` or ``clear_session`` without
+        overriding this hook too (see ``docs/sdk-flows.md``).
         """
         self._check_open("get_items")
         n = validate_limit(limit, "limit")
+        if not _offers_hook(type(self), "_get_compaction_snapshot"):
+            return None
         if not n or make_compaction_snapshot([], True, _never) is None:
             return None
         if not self._replacements_supported(suffix=True):
@@ -729,9 +747,14 @@ class BufferedSession(AsyncResource):
         """The Agents SDK's whole-history replacement hook (openai-agents 0.24+).
 
         Replaces every item with ``items``: one commit of its own with autocommit,
-        staged with the open transaction otherwise.
+        staged with the open transaction otherwise. ``False`` (nothing changed; the SDK
+        then clears and adds through ``clear_session`` and ``add_items``) on a subclass
+        that overrides one of the four ``Session`` methods without overriding this hook
+        too, as for :meth:`_get_compaction_snapshot`.
         """
         self._check_open("clear_session")
+        if not _offers_hook(type(self), "_atomic_replace_items"):
+            return False
         texts, shapes = encode_staged(items)
         if not self._replacements_supported(suffix=False):
             return False
@@ -877,6 +900,21 @@ class BufferedSession(AsyncResource):
         openai-agents before 0.7 did in ``stream_events()``) still counts: on Python
         3.11 and later the block then rolls back and ``CancelledError`` is raised,
         instead of committing a turn cut short.
+
+        When the commit at the block's exit is refused with a known outcome (nothing
+        applied: :class:`~sessions.errors.InvalidHistoryError`, a
+        :class:`~sessions.errors.CommitConflictError` such as a version conflict, or any
+        :class:`~sessions.errors.CommitError` with ``outcome_known=True``), the block's
+        staged changes are rolled back (exactly as :meth:`rollback` does; a warning is
+        logged and, from Python 3.11, a note added to the error) and the error is
+        re-raised: a block commits whole or leaves nothing staged, so the next
+        transaction on this session commits only its own changes. When the outcome is
+        unknown (a :class:`~sessions.errors.CommitError` with ``outcome_known=False``,
+        for example ``commit_timeout`` passed while the database hung), the changes stay
+        staged: the next read, pop, clear or commit resolves them by batch id (applied
+        once or not at all), and ``rollback()`` discards what did not land. A
+        ``commit()`` called by hand, outside ``transaction()``, keeps its changes staged
+        on any failure.
         """
         self._check_open("transaction")
         if any(tx.owner is self._token and not tx.finished for tx in _ACTIVE_TX.get()):
@@ -899,7 +937,33 @@ class BufferedSession(AsyncResource):
             raise
         tx.finished = True
         _ACTIVE_TX.reset(reset)
-        await self.commit()
+        try:
+            await self.commit()
+        except (CommitError, InvalidHistoryError) as exc:
+            if _outcome_known(exc) and not self.closed and not self._staging.in_doubt():
+                await self._rollback_refused(exc)
+            raise
+
+    async def _rollback_refused(self, exc: CommitError | InvalidHistoryError) -> None:
+        """Roll back a block whose exit commit was refused with nothing applied."""
+        pending = self.pending
+        await self._rollback_on_error()
+        logger.warning(
+            "session %r: the commit at the end of transaction() was refused (%s, nothing "
+            "applied); its staged changes were rolled back (%d item(s), %d pop(s), "
+            "clear=%s)",
+            self.session_id,
+            type(exc).__name__,
+            pending.items,
+            pending.pops,
+            pending.clear,
+        )
+        add_note = getattr(exc, "add_note", None)  # Python 3.11+
+        if add_note is not None:
+            add_note(
+                "transaction() rolled the staged changes of this block back: nothing of "
+                "it is staged any more"
+            )
 
     async def _rollback_on_error(self) -> None:
         try:
@@ -1197,6 +1261,31 @@ class BufferedSession(AsyncResource):
 
 async def _never(start: int, output: list[Any]) -> bool:
     return False
+
+
+#: The ``Session`` methods whose overrides the compaction hooks would bypass.
+_SESSION_METHODS = ("get_items", "add_items", "pop_item", "clear_session")
+
+
+def _defined_by(cls: type, name: str) -> type:
+    """The class of ``cls.__mro__`` whose own namespace defines ``name``."""
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return klass
+    return object
+
+
+def _offers_hook(cls: type, hook: str) -> bool:
+    """Whether sessions of ``cls`` offer the SDK's compaction ``hook``: only when the class
+    defining it is (a subclass of) every class defining one of :data:`_SESSION_METHODS`,
+    so that no override of theirs is bypassed."""
+    owner = _defined_by(cls, hook)
+    return all(issubclass(owner, _defined_by(cls, name)) for name in _SESSION_METHODS)
+
+
+def _outcome_known(exc: CommitError | InvalidHistoryError) -> bool:
+    """Whether a failed commit is known to have applied nothing."""
+    return isinstance(exc, InvalidHistoryError) or exc.outcome_known
 
 
 def _cancel_requests() -> int:

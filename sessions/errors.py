@@ -54,7 +54,8 @@ class InvalidHistoryError(SessionError):
     ``defects`` are the broken rules found in what the commit adds
     (:class:`sessions._history.Defect`: position, rule, call id, a message naming item
     types and call ids, never item text). Nothing was applied; the changes are still
-    staged, to fix (``pop_item``) or ``rollback()``.
+    staged, to fix (``pop_item``) or ``rollback()`` (when raised at the end of a
+    ``transaction()`` block, the block has rolled them back already).
     """
 
     def __init__(self, message: str, *, session_id: str, defects: tuple[object, ...]) -> None:
@@ -131,7 +132,9 @@ class CommitError(SessionError):
     reached the database (``True``) or cannot tell (``False``: the connection was lost
     while the database may have been committing). Either way the staged changes are
     still staged: ``commit()`` again is safe, because each batch carries an id and is
-    applied at most once; ``rollback()`` discards them locally.
+    applied at most once; ``rollback()`` discards them locally. Exception: when
+    ``outcome_known`` is ``True`` and the commit was the one at the end of a
+    ``transaction()`` block, the block has rolled its changes back.
     """
 
     def __init__(
@@ -147,7 +150,8 @@ class CommitConflictError(CommitError):
     """``commit`` failed because a staged pop refers to an item another writer removed.
 
     Nothing was applied (``outcome_known`` is ``True``). Retrying will fail the same
-    way: ``rollback()`` and read again.
+    way: ``rollback()`` and read again (a ``transaction()`` block whose exit commit
+    fails so has rolled back already).
     """
 
 

@@ -576,10 +576,19 @@ class TransactionalSession(BufferedSession):
     ) -> Any:
         """The SDK's compaction hook (see :class:`BufferedSession`); none with
         ``prune_prefix``, whose removal of the oldest items ``inner``'s ``pop_item()``
-        cannot express (the SDK then uses its generic path)."""
+        cannot express (the SDK then uses its generic path). Defined here, so offered
+        despite this class's overrides of the four ``Session`` methods, as
+        :meth:`_atomic_replace_items` is."""
         if prune_prefix is not None:
             return None
         return await super()._get_compaction_snapshot(limit)
+
+    async def _atomic_replace_items(self, items: list[Any]) -> bool:
+        """The SDK's whole-history hook (see :class:`BufferedSession`), defined here so
+        that it is offered: this class's own overrides of the four ``Session`` methods
+        only keep the run context, which a replacement does not carry (a subclass
+        that overrides them again is not offered it)."""
+        return await super()._atomic_replace_items(items)
 
     def _replacements_supported(self, *, suffix: bool) -> bool:
         """Buffered: a replacement is staged like any change. Autocommit: only when

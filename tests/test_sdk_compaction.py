@@ -10,22 +10,27 @@ the wrapper, one call of the wrapped session's own replacement hook); with autoc
 it is durable at once, buffered it is staged with the turn (reads see it, the stored
 history does not change before ``commit()``, ``rollback()`` drops it); a replacement
 whose end of history changed after the snapshot is refused whole, by our check before
-the commit or by the database inside it. Process kills are in
-``tests/test_compaction_crash.py``.
+the commit or by the database inside it; a subclass that overrides a ``Session`` method
+is offered no hook, so the SDK's compaction goes through its overrides (one that
+overrides none keeps the one write; one that overrides a hook itself opts back in).
+Process kills are in ``tests/test_compaction_crash.py``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from agents import Agent, RunConfig, Runner
 
+from sessions import BufferedSession
 from sessions.errors import CommitConflictError
 from tests.contract import raw
 from tests.contract.proxy import install_proxy
@@ -298,9 +303,10 @@ async def test_another_writer_between_snapshot_and_commit_is_refused_by_the_data
     if ours.buffered:
         with pytest.raises(CommitConflictError):
             await turn(ours, compacting, "q3", settings(2))
-        # Nothing of the transaction was applied (the turn was in it too).
+        # Nothing of the transaction was applied (the turn was in it too), and
+        # transaction() rolled back the batch that can never commit.
         assert await ours.stored() == [*SEED, msg("other writer")]
-        assert ours.session.has_pending
+        assert not ours.session.has_pending
     else:
         await turn(ours, compacting, "q3", settings(2))
         stored = await ours.stored()
@@ -526,3 +532,262 @@ async def test_a_pairing_rule_in_the_hook_can_refuse_a_replacement(
     assert await snap.replace_suffix(0, [msg("summary")]) is False
     assert asked == [["q4", "q5"]]
     assert texts_of(await opened.session.get_items()) == ["q1", "q2", "q3", "q4", "q5"]
+
+
+# --------------------------------------------------------------------------- subclasses
+#
+# A subclass that overrides get_items / add_items / pop_item / clear_session (to redact,
+# encrypt, index or refuse what is stored) is not offered the hooks, which would bypass
+# its overrides: the SDK then takes its generic path through them, as it does for
+# subclasses of its own sessions. A subclass that overrides none keeps the one-write
+# path; one that overrides a hook itself opts back in.
+
+SECRET = "hunter2"
+
+
+def redact(value: Any) -> Any:
+    """What a redacting subclass stores: ``value`` with the secret blanked everywhere."""
+    return json.loads(json.dumps(value).replace(SECRET, "[redacted]"))
+
+
+def redacting(base: type[BufferedSession]) -> type[BufferedSession]:
+    """``base`` with an ``add_items`` that redacts what it stores."""
+
+    class Redacting(base):  # type: ignore[valid-type,misc]
+        async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
+            await super().add_items(redact(items), wrapper=wrapper)
+
+    return Redacting
+
+
+class RedactingMixin:
+    """The same redaction as a mixin, placed before the session class in the bases."""
+
+    async def add_items(self, items: list[Any], *, wrapper: Any = None) -> None:
+        await super().add_items(redact(items), wrapper=wrapper)  # type: ignore[misc]
+
+
+def redacting_by_mixin(base: type[BufferedSession]) -> type[BufferedSession]:
+    class RedactingByMixin(RedactingMixin, base):  # type: ignore[valid-type,misc]
+        pass
+
+    return RedactingByMixin
+
+
+def redacting_with_its_own_snapshot(base: type[BufferedSession]) -> type[BufferedSession]:
+    """Opted back in for the suffix hook only (it then answers for what that stores)."""
+
+    class RedactingSnapshot(redacting(base)):  # type: ignore[misc]
+        async def _get_compaction_snapshot(self, limit: int, **options: Any) -> Any:
+            return await super()._get_compaction_snapshot(limit, **options)
+
+    return RedactingSnapshot
+
+
+def redacting_with_its_own_hook(base: type[BufferedSession]) -> type[BufferedSession]:
+    """Opted back in: redacts in ``add_items`` and in the whole-history hook it overrides."""
+
+    class RedactingHook(redacting(base)):  # type: ignore[misc]
+        async def _atomic_replace_items(self, items: list[Any]) -> bool:
+            done: bool = await super()._atomic_replace_items(redact(items))
+            return done
+
+    return RedactingHook
+
+
+class ClearRefused(RuntimeError):
+    pass
+
+
+def refusing_to_clear(base: type[BufferedSession]) -> type[BufferedSession]:
+    class RefusingToClear(base):  # type: ignore[valid-type,misc]
+        async def clear_session(self, *, wrapper: Any = None) -> None:
+            raise ClearRefused("this subclass never clears its history")
+
+    return RefusingToClear
+
+
+def blocking_clear(
+    base: type[BufferedSession], entered: Any, release: Any
+) -> type[BufferedSession]:
+    class BlockingClear(base):  # type: ignore[valid-type,misc]
+        async def clear_session(self, *, wrapper: Any = None) -> None:
+            entered.set()
+            await release.wait()
+            await super().clear_session(wrapper=wrapper)
+
+    return BlockingClear
+
+
+def plain_subclass(base: type[BufferedSession]) -> type[BufferedSession]:
+    class Plain(base):  # type: ignore[valid-type,misc]
+        def describe(self) -> str:  # a helper of its own; no Session method overridden
+            return f"session {self.session_id}"
+
+    return Plain
+
+
+@asynccontextmanager
+async def as_subclass(
+    opened: Opened, make: Callable[[type[BufferedSession]], type[BufferedSession]]
+) -> AsyncIterator[Opened]:
+    """``opened`` with its session replaced by one of ``make(type(session))`` on the same
+    storage (the same store, or the same wrapped session)."""
+    cls = make(type(opened.session))
+    autocommit = opened.session.autocommit
+    session: BufferedSession
+    if opened.inner is not None:
+        session = cls(opened.inner, autocommit=autocommit)
+    else:
+        session = cls(opened.session.session_id, store=opened.store, autocommit=autocommit)
+    try:
+        yield dataclasses.replace(opened, session=session)
+    finally:
+        await session.rollback()
+        await session.close()
+
+
+class SummaryWithASecret(FakeCompactClient):
+    """Its summary repeats a secret of the conversation, as a model's summary may."""
+
+    async def compact(self, **kwargs: Any) -> Any:
+        response = await super().compact(**kwargs)
+        response.output[0]["encrypted_content"] += f" password={SECRET}"
+        return response
+
+
+async def compact(opened: Opened, compacting: Any, how: str) -> None:
+    """A whole-history compaction: by hand, or after a turn whose model saw everything."""
+    if how == "manual":
+        async with AsyncExitStack() as stack:
+            if opened.buffered:
+                await stack.enter_async_context(opened.session.transaction())
+            await compacting.run_compaction({"force": True})
+    else:
+        await turn(opened, compacting, "q3")
+
+
+@pytest.mark.parametrize("how", ["manual", "after-a-turn"])
+async def test_a_subclass_that_redacts_in_add_items_redacts_the_compaction_summary(
+    opened: Opened, sid: str, how: str
+) -> None:
+    Compaction = compaction_session()
+    if how == "after-a-turn":
+        need_sdk("agents.testing")  # the stand-in model gives no response id: no compaction
+    async with as_subclass(opened, redacting) as sub:
+        await sub.seed(SEED)
+        compacting = Compaction(
+            sid,
+            sub.session,
+            client=SummaryWithASecret(),
+            compaction_mode="input",
+            should_trigger_compaction=lambda _: True,
+        )
+        await compact(sub, compacting, how)
+        (stored,) = await sub.stored()
+        assert SECRET not in json.dumps(stored)
+        assert stored["encrypted_content"].endswith(" password=[redacted]"), stored
+
+
+@pytest.mark.parametrize("behaviour", ["raises", "blocks"])
+async def test_compaction_goes_through_a_subclass_clear_session_that_raises_or_blocks(
+    opened: Opened, sid: str, behaviour: str
+) -> None:
+    """The subclass's ``clear_session`` runs: its error reaches the caller of the
+    compaction (not swallowed), and its wait holds the compaction (nothing replaced
+    meanwhile)."""
+    Compaction = compaction_session()
+    entered, release = asyncio.Event(), asyncio.Event()
+    if behaviour == "raises":
+        make = refusing_to_clear
+    else:
+
+        def make(base: type[BufferedSession]) -> type[BufferedSession]:
+            return blocking_clear(base, entered, release)
+
+    async with as_subclass(opened, make) as sub:
+        await sub.seed(SEED)
+        compacting = Compaction(sid, sub.session, client=FakeCompactClient())
+        task = asyncio.ensure_future(compact(sub, compacting, "manual"))
+        if behaviour == "raises":
+            with pytest.raises(ClearRefused):
+                await task
+            assert await sub.stored() == SEED
+            return
+        waiting = asyncio.ensure_future(entered.wait())
+        await asyncio.wait({task, waiting}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        assert entered.is_set(), f"compaction never called clear_session (done: {task.done()})"
+        assert await sub.stored() == SEED  # held in the subclass's clear_session
+        release.set()
+        await task
+        (stored,) = await sub.stored()
+        assert covered(stored) == ["q1", "a1", "q2", "a2"]
+
+
+@pytest.mark.parametrize(
+    "make", [redacting, redacting_by_mixin], ids=["override-in-the-class", "override-in-a-mixin"]
+)
+async def test_a_subclass_that_overrides_a_session_method_is_offered_no_hook(
+    opened: Opened, make: Callable[[type[BufferedSession]], type[BufferedSession]]
+) -> None:
+    """The hooks answer "not here" (``None`` / ``False``, nothing changed) on every SDK
+    release, so the SDK cannot bypass the override through them."""
+    async with as_subclass(opened, make) as sub:
+        await sub.seed(SEED)
+        assert await sub.session._get_compaction_snapshot(5) is None
+        assert await sub.session._atomic_replace_items([msg(SECRET)]) is False
+        assert await sub.session.get_items() == SEED
+        if sub.buffered:
+            await sub.session.commit()
+        assert await sub.stored() == SEED
+
+
+async def test_a_subclass_that_overrides_no_session_method_keeps_the_one_write_path(
+    opened: Opened, sid: str
+) -> None:
+    Compaction = compaction_session()
+    need_sdk("compaction_snapshot")
+    if not opened.buffered:
+        need_sdk("atomic_replace_items")
+    async with as_subclass(opened, plain_subclass) as sub:
+        await sub.seed(SEED)
+        assert await sub.session._get_compaction_snapshot(5) is not None
+        compacting = Compaction(sid, sub.session, client=FakeCompactClient())
+        writes = Writes(sub)
+        await compact(sub, compacting, "manual")
+        (stored,) = await sub.stored()
+        assert covered(stored) == ["q1", "a1", "q2", "a2"]
+        assert writes.count == 1, writes.kinds
+
+
+async def test_a_subclass_that_overrides_the_hook_itself_is_offered_it(
+    opened: Opened, sid: str
+) -> None:
+    """The opt-in: a subclass that redacts in ``add_items`` and in its own
+    ``_atomic_replace_items`` (calling ours) gets the one-write replacement."""
+    Compaction = compaction_session()
+    need_sdk("compaction_snapshot")
+    if not opened.buffered:
+        need_sdk("atomic_replace_items")
+    async with as_subclass(opened, redacting_with_its_own_hook) as sub:
+        await sub.seed(SEED)
+        assert await sub.session._get_compaction_snapshot(5) is None  # not overridden
+        compacting = Compaction(
+            sid, sub.session, client=SummaryWithASecret(), compaction_mode="input"
+        )
+        writes = Writes(sub)
+        await compact(sub, compacting, "manual")
+        (stored,) = await sub.stored()
+        assert stored["encrypted_content"].endswith(" password=[redacted]"), stored
+        assert writes.count == 1, writes.kinds
+
+
+async def test_a_subclass_that_overrides_the_snapshot_hook_itself_is_offered_that_hook_only(
+    opened: Opened,
+) -> None:
+    need_sdk("compaction_snapshot")
+    async with as_subclass(opened, redacting_with_its_own_snapshot) as sub:
+        await sub.seed(SEED)
+        assert await sub.session._get_compaction_snapshot(5) is not None
+        assert await sub.session._atomic_replace_items([msg("summary")]) is False

@@ -123,3 +123,30 @@ async def test_close_of_a_store_with_a_hung_commit_is_released_within_the_bound(
         await released_within_bound(closing)
         await released_within_bound(commit)
     assert await stored(target, sid) in (BEFORE, BEFORE + BATCH)
+
+
+async def test_a_transaction_whose_commit_outcome_is_unknown_keeps_its_changes_staged(
+    target: Target, sid: str
+) -> None:
+    """Unlike a refused commit (rolled back by ``transaction()``), a commit of unknown
+    outcome leaves the block's changes staged: the database hangs inside the commit at
+    the block's exit, ``commit_timeout`` passes, and the next read resolves the batch
+    by its id once the database moves again (stored exactly once)."""
+    store = await target.open(commit_timeout=BOUND)
+    session = store.session(sid)
+    await session.add_items(BEFORE)
+    await session.commit()
+
+    async def request() -> None:
+        async with session.transaction():
+            await session.add_items(BATCH)
+
+    async with hang(target, store, sid, "middle") as h:
+        task = asyncio.create_task(request())
+        await h.reached()
+        await released_within_bound(task)
+        with pytest.raises(CommitError) as info:
+            task.result()
+        assert info.value.outcome_known is False
+        assert session.pending.items == len(BATCH)  # kept, to be resolved by batch id
+    await settle_and_check(target, session, sid)

@@ -12,13 +12,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from sessions import RetryPolicy, SQLiteSession, Store
+from sessions import BufferedSession, RetryPolicy, SQLiteSession, Store
 from sessions.errors import (
+    CommitConflictError,
     CommitError,
+    InvalidHistoryError,
     InvalidSessionIdError,
     SessionClosedError,
     SessionError,
@@ -224,6 +227,103 @@ async def test_transaction_does_not_nest(store: Store[Any], sid: str) -> None:
         async with session.transaction():
             async with session.transaction():
                 pass
+
+
+Block = Callable[[BufferedSession], Awaitable[None]]
+
+
+async def _refuse_with_invalid_history(
+    store: Store[Any], target: Target, sid: str
+) -> tuple[BufferedSession, Block, type[Exception]]:
+    """The block stages a tool output without its call (``integrity="reject"``)."""
+
+    async def block(session: BufferedSession) -> None:
+        orphan = {"type": "function_call_output", "call_id": "c1", "output": "42"}
+        await session.add_items([msg("question"), orphan])
+
+    return store.session(sid, integrity="reject"), block, InvalidHistoryError
+
+
+async def _refuse_with_a_pop_conflict(
+    store: Store[Any], target: Target, sid: str
+) -> tuple[BufferedSession, Block, type[Exception]]:
+    """The block pops a stored item that another writer removes before the block ends."""
+    session = store.session(sid)
+    await session.add_items([msg("stored 1"), msg("stored 2")])
+    await session.commit()
+    other = (await target.open()).session(sid, autocommit=True)
+
+    async def block(session: BufferedSession) -> None:
+        assert await session.pop_item() == msg("stored 2")
+        await session.add_items([msg("answer")])
+        assert await other.pop_item() == msg("stored 2")
+
+    return session, block, CommitConflictError
+
+
+async def _refuse_with_a_run_state_version_conflict(
+    store: Store[Any], target: Target, sid: str
+) -> tuple[BufferedSession, Block, type[Exception]]:
+    """The block saves a run state; another writer saved one after this session read
+    the stored version."""
+    session = store.session(sid)
+    other = (await target.open()).session(sid)
+
+    async def block(session: BufferedSession) -> None:
+        assert (await session.run_state_record()).version == 0
+        await session.add_items([msg("answer")])
+        session.stage_run_state("{}", label="ours")
+        other.stage_run_state("{}", label="theirs")
+        await other.commit()
+
+    return session, block, CommitConflictError
+
+
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        _refuse_with_invalid_history,
+        _refuse_with_a_pop_conflict,
+        _refuse_with_a_run_state_version_conflict,
+    ],
+    ids=["invalid-history", "pop-conflict", "run-state-version-conflict"],
+)
+async def test_a_transaction_whose_commit_is_refused_rolls_back_and_the_next_commits_its_own_items(
+    store: Store[Any],
+    target: Target,
+    sid: str,
+    refusal: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The refused batch can never commit: the block leaves nothing staged (nothing
+    applied), and the next transaction on the same object commits only its own items."""
+    session, block, error = await refusal(store, target, sid)
+    with caplog.at_level(logging.WARNING, logger="sessions"), pytest.raises(error) as info:
+        async with session.transaction():
+            await block(session)
+            before = await stored(target, sid)
+    assert not session.has_pending, session.pending
+    assert await stored(target, sid) == before
+    assert any("rolled back" in r.getMessage() and sid in r.getMessage() for r in caplog.records)
+    if hasattr(info.value, "__notes__"):  # Python 3.11+
+        assert any("rolled the staged changes" in note for note in info.value.__notes__)
+    async with session.transaction():
+        await session.add_items([msg("next request")])
+    assert await stored(target, sid) == [*before, msg("next request")]
+    assert not session.has_pending
+
+
+async def test_a_commit_refused_outside_a_transaction_keeps_its_changes_staged(
+    store: Store[Any], target: Target, sid: str
+) -> None:
+    """``commit()`` by hand is not ``transaction()``: its changes stay staged, to fix
+    or roll back."""
+    session, block, error = await _refuse_with_invalid_history(store, target, sid)
+    await block(session)
+    with pytest.raises(error):
+        await session.commit()
+    assert session.pending.items == 2
+    await session.rollback()
 
 
 # ------------------------------------------------------------------ line 9: late writes
