@@ -50,7 +50,14 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
-from ._catalogue import decode_metadata, validate_ttl, version_conflict
+from ._catalogue import (
+    MAX_TTL,
+    decode_metadata,
+    expired,
+    stored_ttl,
+    validate_ttl,
+    version_conflict,
+)
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -508,9 +515,13 @@ LEFT JOIN LATERAL (
 ) r ON true
 ORDER BY r.seq
 """
+# The TTL clamped as _catalogue.ttl_in_force() does (least/greatest skip NULLs, hence
+# the IS NOT NULL): a value stored by an older version or by hand never keeps a session
+# forever nor takes the query out of the timestamp range.
 _SQL_EXPIRED = (
     f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id > $1 "
-    "AND updated_at + make_interval(secs => coalesce(ttl, $2)) < $3 "
+    "AND coalesce(ttl, $2) IS NOT NULL AND updated_at + make_interval(secs => "
+    f"least(greatest(coalesce(ttl, $2), 0), {MAX_TTL.total_seconds():.0f})) < $3 "
     "ORDER BY session_id LIMIT $4"
 )
 _SQL_DELETE_LOCK_MANY = (
@@ -1598,7 +1609,7 @@ def _info(row: Any) -> SessionInfo:
         title=row[5],
         tags=tuple(row[6] or ()),
         metadata=decode_metadata(row[7]),
-        ttl=None if row[8] is None else timedelta(seconds=row[8]),
+        ttl=stored_ttl(row[8]),
         version=row[9],
     )
 
@@ -1614,8 +1625,7 @@ def _keep(
         return True
     if expiry is not None:
         now, default = expiry
-        seconds = ttl if ttl is not None else default
-        return seconds is None or updated + timedelta(seconds=seconds) >= now
+        return not expired(updated, ttl, default, now)
     return False
 
 
