@@ -308,9 +308,15 @@ class SessionInfo:
 
     def expires_at(self, default_ttl: timedelta | None = None) -> datetime | None:
         """When :meth:`~sessions.Store.purge` may delete it: ``updated_at`` plus its own
-        TTL, else ``default_ttl`` (``None``: never)."""
+        TTL, else ``default_ttl`` (``None``: never, or not before the end of the range
+        of ``datetime``, the year 9999)."""
         ttl = self.ttl if self.ttl is not None else default_ttl
-        return None if ttl is None else self.updated_at + ttl
+        if ttl is None:
+            return None
+        try:
+            return self.updated_at + ttl
+        except OverflowError:
+            return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,16 @@ what arrives here already checked: they never see a value these functions refuse
 from __future__ import annotations
 
 import json
-import math
+import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from ._backend import Batch, InfoChange, SessionFilter
+from ._validate import MAX_DURATION, check_text
 from .errors import DeletedConflictError, VersionConflictError
+
+logger = logging.getLogger("sessions")
 
 __all__ = [
     "INFO_FIELDS",
@@ -23,14 +26,20 @@ __all__ = [
     "check_life",
     "deleted_message",
     "MAX_METADATA_BYTES",
+    "MAX_METADATA_DEPTH",
     "MAX_TAGS",
     "MAX_TAG_CHARS",
     "MAX_TITLE_CHARS",
+    "MAX_TTL",
     "MAX_USER_ID_CHARS",
     "decode_metadata",
+    "decode_tags",
+    "expired",
     "info_change",
     "merge_info",
     "session_filter",
+    "stored_ttl",
+    "ttl_in_force",
     "validate_tag",
     "validate_ttl",
     "validate_user_id",
@@ -42,6 +51,12 @@ MAX_TITLE_CHARS = 500
 MAX_TAG_CHARS = 64
 MAX_TAGS = 32
 MAX_METADATA_BYTES = 64 * 1024
+#: How deeply metadata may nest: the object itself is level 1, an object or array in
+#: it level 2, and so on.
+MAX_METADATA_DEPTH = 32
+#: The longest time-to-live (:data:`sessions._validate.MAX_DURATION`, 100 years).
+MAX_TTL = MAX_DURATION
+_MAX_TTL_SECONDS = MAX_TTL.total_seconds()
 
 INFO_FIELDS = ("user_id", "title", "tags", "metadata", "ttl")
 
@@ -70,13 +85,7 @@ def _text(value: object, name: str, limit: int) -> str:
         raise ValueError(f"{name} must not be empty (pass None to clear it)")
     if len(value) > limit:
         raise ValueError(f"{name} is {len(value)} characters long; at most {limit} are allowed")
-    if "\x00" in value:
-        raise ValueError(f"{name} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{name} is not valid Unicode text (lone surrogate): {exc}") from None
-    return value
+    return check_text(value, name)
 
 
 def validate_user_id(value: object, name: str = "user_id") -> str:
@@ -101,6 +110,50 @@ def _tags(value: object) -> tuple[str, ...]:
     return tuple(tags)
 
 
+def _where(trail: list[object]) -> str:
+    """Where in the metadata ``trail`` (keys and indexes) leads, at most 200 characters."""
+    text = "metadata" + "".join(f"[{step!r}]" for step in trail)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _check_metadata(value: object, trail: list[object], open_ids: set[int]) -> None:
+    """Refuse what JSON would change or cannot hold, before encoding: keys that are not
+    ``str`` (``json`` writes ``{1: x}`` as ``{"1": x}``), nesting past
+    :data:`MAX_METADATA_DEPTH` (``json`` would recurse until ``RecursionError``),
+    reference cycles, and text with NUL or lone surrogates. Other values are left to
+    the encoder (which refuses sets, bytes, NaN and arbitrary objects)."""
+    if isinstance(value, str):
+        check_text(value, _where(trail))
+        return
+    if not isinstance(value, (dict, list, tuple)):
+        return
+    if len(trail) >= MAX_METADATA_DEPTH:
+        raise ValueError(
+            f"metadata is nested more than {MAX_METADATA_DEPTH} levels deep "
+            f"(at {_where(trail[:MAX_METADATA_DEPTH])})"
+        )
+    if id(value) in open_ids:
+        raise ValueError(f"metadata contains a reference cycle (at {_where(trail)})")
+    open_ids.add(id(value))
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"metadata keys must be str: {_where(trail)} has the "
+                    f"{type(key).__name__} key {key!r}"
+                )
+            check_text(key, f"a key of {_where(trail)}")
+            trail.append(key)
+            _check_metadata(child, trail, open_ids)
+            trail.pop()
+    else:
+        for index, child in enumerate(value):
+            trail.append(index)
+            _check_metadata(child, trail, open_ids)
+            trail.pop()
+    open_ids.discard(id(value))
+
+
 def _metadata(value: object) -> str | None:
     if value is None:
         return None
@@ -108,13 +161,12 @@ def _metadata(value: object) -> str | None:
         raise TypeError(
             f"metadata must be a dict (a JSON object) or None, got {type(value).__name__}"
         )
+    value = dict(value)
+    _check_metadata(value, [], set())
     try:
-        text = json.dumps(dict(value), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        text.encode("utf-8")
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"metadata is not JSON: {exc}") from None
-    if "\\u0000" in text:
-        raise ValueError("metadata must not contain NUL characters")
     size = len(text.encode("utf-8"))
     if size > MAX_METADATA_BYTES:
         raise ValueError(
@@ -124,15 +176,64 @@ def _metadata(value: object) -> str | None:
 
 
 def validate_ttl(value: object, name: str = "ttl") -> float | None:
-    """A time-to-live (a positive ``timedelta``, or ``None``) in seconds."""
+    """A time-to-live (a positive ``timedelta`` of at most :data:`MAX_TTL`, or ``None``)
+    in seconds."""
     if value is None:
         return None
     if not isinstance(value, timedelta):
         raise TypeError(f"{name} must be a timedelta or None, got {type(value).__name__}")
-    seconds = value.total_seconds()
-    if not seconds > 0 or not math.isfinite(seconds):
-        raise ValueError(f"{name} must be a positive timedelta, got {value!r}")
-    return seconds
+    return validate_ttl_seconds(value.total_seconds(), name)
+
+
+def _number(value: float) -> str:
+    """``value`` for a message: a huge ``int`` by its order of magnitude."""
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    text = str(value)
+    return text if len(text) <= 20 else f"about 10**{len(text) - 1}"
+
+
+def validate_ttl_seconds(seconds: float, name: str = "ttl") -> float:
+    """A time-to-live in seconds (an ``int`` of any size or a ``float``): > 0 and at
+    most :data:`MAX_TTL` (100 years); returned as a ``float``."""
+    if not seconds > 0:  # NaN too
+        raise ValueError(f"{name} must be a positive time-to-live, got {seconds!r} seconds")
+    if seconds > _MAX_TTL_SECONDS:  # int against float compares exactly, never overflows
+        raise ValueError(
+            f"{name} must be at most {MAX_TTL.days} days (100 years, "
+            f"{_MAX_TTL_SECONDS:.0f} seconds), got {_number(seconds)} seconds"
+        )
+    return float(seconds)
+
+
+def ttl_in_force(seconds: float | None) -> float | None:
+    """A stored TTL (seconds) as it is applied: clamped to 0 .. :data:`MAX_TTL`.
+
+    New values are validated; this keeps one stored by an older version or by hand (too
+    large, infinite, NaN, negative) from breaking reads and purges of the whole store.
+    Backends apply the same clamp in SQL.
+    """
+    if seconds is None:
+        return None
+    if not seconds <= _MAX_TTL_SECONDS:  # too large, infinite or NaN
+        return _MAX_TTL_SECONDS
+    return max(seconds, 0.0)
+
+
+def stored_ttl(seconds: float | None) -> timedelta | None:
+    """The :attr:`SessionInfo.ttl` of a stored TTL in seconds (see :func:`ttl_in_force`)."""
+    value = ttl_in_force(seconds)
+    return None if value is None else timedelta(seconds=value)
+
+
+def expired(
+    updated_at: datetime, ttl: float | None, default_ttl: float | None, now: datetime
+) -> bool:
+    """Whether a session last updated at ``updated_at`` with the stored ``ttl`` (else
+    ``default_ttl``; seconds) has expired at ``now``. Never overflows: it compares the
+    session's age with its TTL instead of computing when it expires."""
+    seconds = ttl_in_force(ttl if ttl is not None else default_ttl)
+    return seconds is not None and now - updated_at > timedelta(seconds=seconds)
 
 
 def info_change(**values: Any) -> InfoChange:
@@ -166,10 +267,32 @@ def merge_info(earlier: InfoChange | None, later: InfoChange) -> InfoChange:
 
 
 def decode_metadata(text: str | None) -> dict[str, Any] | None:
+    """Stored metadata text as a dict; ``None`` (with a logged warning) if it is not a
+    JSON object: one corrupt entry never breaks a listing of the whole store."""
     if text is None:
         return None
-    value = json.loads(text)
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        logger.warning("skipping stored session metadata that is not JSON: %s", exc)
+        return None
     return value if isinstance(value, dict) else None
+
+
+def decode_tags(text: str | None) -> tuple[str, ...]:
+    """Stored tags (a JSON array of str, SQLite) as a tuple; ``()`` (with a logged
+    warning) if the text is not one."""
+    if not text:
+        return ()
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        logger.warning("skipping stored session tags that are not JSON: %s", exc)
+        return ()
+    if not isinstance(value, list) or not all(isinstance(tag, str) for tag in value):
+        logger.warning("skipping stored session tags that are not a list of text")
+        return ()
+    return tuple(value)
 
 
 def session_filter(

@@ -55,6 +55,7 @@ from ._shield import DeadlineExceeded, drive, shielded
 from ._staging import PendingChanges, Staging
 from ._turns import Turn, build_turns, coerce_usage, span_of
 from ._validate import (
+    check_text,
     validate_bool,
     validate_limit,
     validate_positive_int,
@@ -350,7 +351,9 @@ class BufferedSession(AsyncResource):
 
         Items staged by ``add_items`` take the run id set when the first of them is
         staged; each commit that adds items records one turn (:meth:`turns`). Never
-        suspends, never touches the database.
+        suspends, never touches the database. ``run_id``: 1 to 256 characters of valid
+        Unicode (no lone surrogate) without NUL, refused now (``ValueError``) rather
+        than by every later commit.
         """
         self._check_open("set_run_id")
         if run_id is not None:
@@ -358,6 +361,7 @@ class BufferedSession(AsyncResource):
                 raise TypeError(f"run_id must be a str or None, got {type(run_id).__name__}")
             if not run_id or len(run_id) > 256:
                 raise ValueError(f"run_id must be 1 to 256 characters, got {len(run_id)}")
+            check_text(run_id, "run_id")
         self._turn_support("set_run_id")
         self._staging.run_id = run_id
 
@@ -476,7 +480,9 @@ class BufferedSession(AsyncResource):
 
         ``usage``: an agents ``Usage`` (``result.context_wrapper.usage``) or a
         :class:`~sessions.TurnUsage`; requests, input, output, cached and reasoning tokens
-        are kept. Called twice for one turn, the usages add up. Needs staged items to
+        are kept, each an ``int`` from 0 to 2**63 - 1 (a ``ValueError`` names a larger
+        one, also when the staged turns' usages would add up past it; nothing is
+        recorded then). Called twice for one turn, the usages add up. Needs staged items to
         attach to (inside ``transaction()``, after the run): without any it raises
         :class:`~sessions.errors.SessionError` (with autocommit the items are already
         committed). Never suspends.
@@ -582,9 +588,10 @@ class BufferedSession(AsyncResource):
 
         ``user_id`` and ``title``: a str (``None`` clears it); ``tags``: a collection of
         short str (stored as a sorted set; ``None`` or empty: none); ``metadata``: a
-        JSON object (a dict; ``None`` clears it); ``ttl``: a ``timedelta``, this
-        session's idle time-to-live for :meth:`~sessions.Store.purge` (``None``: the
-        store's default). Fields not given stay as they are. Validated now (a
+        JSON object (a dict with str keys, nested at most 32 levels; ``None`` clears
+        it); ``ttl``: a ``timedelta`` of at most 100 years, this session's idle
+        time-to-live for :meth:`~sessions.Store.purge` (``None``: the store's default).
+        Text must be valid Unicode without NUL. Fields not given stay as they are. Validated now (a
         ``TypeError`` or ``ValueError`` names what is wrong; nothing is staged then).
         Never suspends; with ``autocommit`` it waits for the next write or ``commit()``.
         """
@@ -606,7 +613,9 @@ class BufferedSession(AsyncResource):
         next commit, in the same transaction as the items staged with it.
 
         ``label``: a short text of yours kept with it (say, which step of your approval
-        flow the state is at), read back by :meth:`run_state_record`.
+        flow the state is at), read back by :meth:`run_state_record`. The state's text
+        and the label must be valid Unicode without NUL (else ``ValueError``, nothing
+        staged).
 
         One state per session: it replaces the saved one. Never suspends (unless
         ``autocommit``, where it is committed at once, alone). The commit fails with
@@ -615,9 +624,11 @@ class BufferedSession(AsyncResource):
         ``run_state_record()``); without such a read the write is unconditional.
         """
         self._check_open("stage_run_state")
-        text = serialize_run_state(state)
-        if label is not None and not isinstance(label, str):
-            raise TypeError(f"label must be a str or None, got {type(label).__name__}")
+        text = check_text(serialize_run_state(state), "the run state's text")
+        if label is not None:
+            if not isinstance(label, str):
+                raise TypeError(f"label must be a str or None, got {type(label).__name__}")
+            check_text(label, "label")
         self._stage_run_state_text(text, "stage_run_state", label)
 
     def discard_run_state(self) -> None:

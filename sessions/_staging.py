@@ -38,6 +38,7 @@ from typing import Any, TypeVar, cast
 from ._backend import Batch, InfoChange, RunStateChange, TurnRecord, TurnUsage, new_batch_id
 from ._catalogue import merge_info
 from ._history import Shape
+from ._turns import check_usage_total
 
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
 
@@ -204,6 +205,13 @@ class Staging:
         stage = self._writable()
         if not stage.items:
             return False
+        # Stages not yet applied may merge into one batch (one turn) before they are:
+        # their usages together must fit the turn's columns.
+        total = usage
+        for each in self._stages:
+            if each.usage is not None:
+                total = total + each.usage
+        check_usage_total(total, "the staged turns' usage")
         stage.usage = usage if stage.usage is None else stage.usage + usage
         return True
 

@@ -30,18 +30,17 @@ from ._policy import (
     validate_integrity,
 )
 from ._resource import AsyncResource, Lifecycle
-from ._validate import validate_positive_int, validate_seconds, validate_session_id
+from ._validate import (
+    validate_duration,
+    validate_positive_int,
+    validate_seconds,
+    validate_session_id,
+)
 from .errors import SessionError, StoreClosedError
 
 __all__ = ["Store"]
 
 S = TypeVar("S")
-
-
-def _check_age(value: object, name: str) -> timedelta:
-    if not isinstance(value, timedelta) or value < timedelta(0):
-        raise ValueError(f"{name} must be a non-negative timedelta, got {value!r}")
-    return value
 
 
 #: Purge deletes at most this many sessions in one transaction ...
@@ -395,9 +394,13 @@ class Store(AsyncResource, Generic[S]):
         about :data:`PURGE_ITEMS` items, each of which checks again, with the sessions'
         rows locked, that every one is still stale: a session written to after it was
         listed is kept.
+
+        ``older_than``: a ``timedelta`` from 0 to 100 years
+        (:data:`sessions._validate.MAX_DURATION`); anything else is a ``TypeError`` or
+        ``ValueError`` naming it.
         """
         if older_than is not None:
-            _check_age(older_than, "older_than")
+            validate_duration(older_than, "older_than")
         validate_positive_int(page_size, "page_size")
         try:
             if older_than is None:
@@ -446,8 +449,9 @@ class Store(AsyncResource, Generic[S]):
         by hand later than ``older_than`` could be applied twice: retry those promptly.
         The records of import and migration are kept, however old: they are what makes
         running an import or a migration again add nothing. Returns how many went.
+        ``older_than`` is at most 100 years, like every duration.
         """
-        _check_age(older_than, "older_than")
+        validate_duration(older_than, "older_than")
         minimum = self.min_batch_record_age
         if older_than.total_seconds() < minimum:
             raise ValueError(

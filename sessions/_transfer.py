@@ -53,7 +53,7 @@ from typing import IO, Any, Literal
 
 from ._backend import AdminBackend, InfoChange, SessionInfo
 from ._bulk import CHUNK_ITEMS, ChunkWriter
-from ._catalogue import info_change
+from ._catalogue import info_change, validate_ttl_seconds
 from ._serde import encode_item
 from ._store import Store
 from ._validate import iso_utc, validate_session_id
@@ -439,7 +439,7 @@ class _Scanner:
             if ttl is not None:
                 if isinstance(ttl, bool) or not isinstance(ttl, (int, float)):
                     raise TypeError(f"ttl_seconds must be a number, got {type(ttl).__name__}")
-                fields["ttl"] = timedelta(seconds=ttl)
+                fields["ttl"] = timedelta(seconds=validate_ttl_seconds(ttl, "ttl_seconds"))
             return info_change(**fields)
         except (TypeError, ValueError, OverflowError) as exc:
             raise self.bad(number, f"bad catalogue entry: {exc}") from None

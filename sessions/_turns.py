@@ -23,8 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ._backend import TurnRow, TurnUsage
+from ._validate import MAX_INT64
 
-__all__ = ["Turn", "build_turns", "coerce_usage", "span_of"]
+__all__ = ["Turn", "build_turns", "check_usage_total", "coerce_usage", "span_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +117,9 @@ _USAGE_FIELDS = (
 
 def coerce_usage(value: object) -> TurnUsage:
     """A :class:`TurnUsage` from itself or from an agents ``Usage``
-    (``result.context_wrapper.usage``); anything else is a ``TypeError``."""
+    (``result.context_wrapper.usage``); anything else is a ``TypeError``, a count past
+    :data:`~sessions._validate.MAX_INT64` (what a turn's 64-bit column holds) a
+    ``ValueError`` naming it."""
     if isinstance(value, TurnUsage):
         counts: list[object] = list(value.values())
     else:
@@ -132,4 +135,16 @@ def coerce_usage(value: object) -> TurnUsage:
                 f"usage must be an agents Usage or a TurnUsage (got {type(value).__name__} "
                 f"whose {name} is {count!r}, not an int >= 0)"
             )
-    return TurnUsage(*(int(count) for count in counts))  # type: ignore[call-overload]
+    usage = TurnUsage(*(int(count) for count in counts))  # type: ignore[call-overload]
+    check_usage_total(usage, "usage")
+    return usage
+
+
+def check_usage_total(usage: TurnUsage, what: str) -> None:
+    """``ValueError`` unless every count of ``usage`` fits a turn's signed 64-bit column
+    (``what`` says whose counts they are)."""
+    for (name, _, _), count in zip(_USAGE_FIELDS, usage.values(), strict=True):
+        if count > MAX_INT64:
+            raise ValueError(
+                f"{what}.{name} is {count}: a turn records at most {MAX_INT64} (2**63 - 1)"
+            )

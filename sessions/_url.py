@@ -3,13 +3,16 @@
 * ``sqlite:///relative.db``, ``sqlite:////absolute/path.db``; ``sqlite://`` or
   ``sqlite:///:memory:`` for an in-memory database. Query parameters:
   ``synchronous`` (``FULL``/``NORMAL``/``EXTRA``), ``busy_timeout`` (seconds) and
-  ``ttl`` (seconds: the store's default idle time-to-live, see ``Store.purge``) and
+  ``ttl`` (seconds, at most 3155760000 = 100 years: the store's default idle
+  time-to-live, see ``Store.purge``) and
   ``integrity`` (``quarantine``/``reject``/``off``, see ``docs/history.md``).
 * ``postgresql://user:password@host:5432/db`` (or ``postgres://``, or
   ``postgresql+asyncpg://``): an asyncpg DSN. Our own query parameters ``schema``,
   ``table_prefix``, ``ttl`` and ``integrity`` are taken out and passed to
   :meth:`PostgresStore.open`; the rest of
   the DSN goes to asyncpg untouched.
+
+A parameter given twice (``?ttl=100&ttl=200``) is refused, never resolved silently.
 
 Passwords never leave this module in clear: every URL and error message goes through
 :func:`sessions._redact.redact`.
@@ -18,13 +21,13 @@ Passwords never leave this module in clear: every URL and error message goes thr
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import re
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from ._catalogue import MAX_TTL, validate_ttl_seconds
 from ._policy import INTEGRITY_MODES
 from ._redact import redact
 from ._store import Store
@@ -108,7 +111,7 @@ def _parse_sqlite(url: str, shown: str) -> ParsedURL:
             )
         path = unquote(raw_path[1:])
     options: dict[str, Any] = {}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+    for key, value in _query(parts.query, shown):
         if key == "synchronous":
             if value.upper() not in _SQLITE_SYNCHRONOUS:
                 raise ValueError(
@@ -139,15 +142,33 @@ def _parse_sqlite(url: str, shown: str) -> ParsedURL:
     return ParsedURL("sqlite", path, options, url)
 
 
+def _query(query: str, shown: str) -> list[tuple[str, str]]:
+    """The URL's query parameters, in order; one given more than once is refused (which
+    of its values was meant cannot be told). Only the parameter's name is shown: a
+    value may be a password."""
+    pairs = parse_qsl(query, keep_blank_values=True)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise ValueError(
+                f"database URL {shown!r}: parameter {key!r} is given more than once; give it once"
+            )
+        seen.add(key)
+    return pairs
+
+
 def _ttl(value: str, shown: str) -> timedelta:
     try:
         seconds = float(value)
     except ValueError:
         seconds = -1.0
-    if not (seconds > 0 and math.isfinite(seconds)):
+    try:
+        validate_ttl_seconds(seconds)
+    except ValueError as exc:
         raise ValueError(
-            f"database URL {shown!r}: ttl must be a number of seconds > 0, got {value!r}"
-        )
+            f"database URL {shown!r}: ttl must be a number of seconds > 0 and at most "
+            f"{MAX_TTL.total_seconds():.0f} (100 years), got {value!r}"
+        ) from exc
     return timedelta(seconds=seconds)
 
 
@@ -174,7 +195,7 @@ def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
             ) from None
     options: dict[str, Any] = {}
     keep: list[tuple[str, str]] = []
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+    for key, value in _query(parts.query, shown):
         if key in ("schema", "table_prefix"):  # validated by PostgresStore.open
             if key == "schema" and not value:
                 raise ValueError(f"database URL {shown!r}: schema= is empty")

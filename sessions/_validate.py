@@ -8,14 +8,18 @@ parameter and what was wrong with it.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from .errors import InvalidSessionIdError
 
 __all__ = [
+    "MAX_DURATION",
+    "MAX_INT64",
     "MAX_SESSION_ID_LENGTH",
+    "check_text",
     "iso_utc",
     "validate_bool",
+    "validate_duration",
     "validate_identifier",
     "validate_limit",
     "validate_positive_int",
@@ -25,9 +29,36 @@ __all__ = [
 
 MAX_SESSION_ID_LENGTH = 1024
 
+#: The largest count, limit or position accepted: what a signed 64-bit column (SQLite
+#: ``INTEGER``, PostgreSQL ``bigint``) and the drivers' parameters hold.
+MAX_INT64 = 2**63 - 1
+
+#: The longest duration accepted anywhere (a time-to-live, ``purge(older_than=)``,
+#: ``prune_batch_records(older_than=)``, the CLI's ``--older-than`` and ``--since``):
+#: 100 years of 365.25 days. Every time computed from one (a time plus or minus it)
+#: then stays within Python's ``datetime`` and both databases' timestamps.
+MAX_DURATION = timedelta(days=36525)
+
 # 41 characters at most: PostgreSQL truncates identifiers at 63 bytes, and table names
 # are built from a prefix plus a suffix of up to 22 characters.
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
+
+
+def check_text(value: str, name: str) -> str:
+    """``value`` if every database can store it as text: no NUL character (PostgreSQL's
+    ``text`` cannot hold one) and no lone surrogate (not Unicode: UTF-8 cannot encode
+    it); else ``ValueError`` naming ``name``."""
+    if "\x00" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    if not value.isascii():  # O(1) in CPython: no surrogate to look for
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            bad = value[exc.start : exc.end]
+            raise ValueError(
+                f"{name} is not valid Unicode text: lone surrogate {bad!r} at position {exc.start}"
+            ) from None
+    return value
 
 
 def validate_session_id(session_id: object, name: str = "session_id") -> str:
@@ -42,32 +73,49 @@ def validate_session_id(session_id: object, name: str = "session_id") -> str:
         raise InvalidSessionIdError(
             f"{name} is {len(session_id)} characters long; the maximum is {MAX_SESSION_ID_LENGTH}"
         )
-    if "\x00" in session_id:
-        raise InvalidSessionIdError(f"{name} must not contain NUL characters")
     try:
-        session_id.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidSessionIdError(f"{name} is not valid Unicode text: {exc}") from None
+        check_text(session_id, name)
+    except ValueError as exc:
+        raise InvalidSessionIdError(str(exc)) from None
     return session_id
 
 
+def _at_most_int64(value: int, name: str) -> int:
+    if value > MAX_INT64:
+        raise ValueError(f"{name} must be at most {MAX_INT64} (2**63 - 1), got {value}")
+    return value
+
+
 def validate_limit(limit: object, name: str = "limit") -> int | None:
-    """``None`` or an ``int`` >= 0 (``bool`` is refused)."""
+    """``None`` or an ``int`` from 0 to :data:`MAX_INT64` (``bool`` is refused)."""
     if limit is None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"{name} must be an int or None, got {type(limit).__name__}")
     if limit < 0:
         raise ValueError(f"{name} must be >= 0, got {limit}")
-    return limit
+    return _at_most_int64(limit, name)
 
 
 def validate_positive_int(value: object, name: str) -> int:
-    """An ``int`` >= 1 (``bool`` is refused)."""
+    """An ``int`` from 1 to :data:`MAX_INT64` (``bool`` is refused)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}: {value!r}")
     if value < 1:
         raise ValueError(f"{name} must be >= 1, got {value}")
+    return _at_most_int64(value, name)
+
+
+def validate_duration(value: object, name: str) -> timedelta:
+    """A ``timedelta`` from 0 to :data:`MAX_DURATION` (100 years)."""
+    if not isinstance(value, timedelta):
+        raise TypeError(f"{name} must be a timedelta, got {type(value).__name__}: {value!r}")
+    if value < timedelta(0):
+        raise ValueError(f"{name} must be a non-negative timedelta, got {value!r}")
+    if value > MAX_DURATION:
+        raise ValueError(
+            f"{name} must be at most {MAX_DURATION.days} days (100 years), got {value.days} days"
+        )
     return value
 
 

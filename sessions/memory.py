@@ -35,7 +35,7 @@ from ._backend import (
     TurnUsage,
 )
 from ._branchrules import fork_target_conflict, skips_undo
-from ._catalogue import check_life, decode_metadata, version_conflict
+from ._catalogue import check_life, decode_metadata, expired, stored_ttl, version_conflict
 from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
 from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
 from ._session import BufferedSession
@@ -75,13 +75,12 @@ class _History:
             title=entry.title,
             tags=entry.tags,
             metadata=decode_metadata(entry.metadata),
-            ttl=None if entry.ttl is None else timedelta(seconds=entry.ttl),
+            ttl=stored_ttl(entry.ttl),
             version=self.version,
         )
 
     def expired(self, now: datetime, default_ttl: float | None) -> bool:
-        ttl = self.catalogue.ttl if self.catalogue.ttl is not None else default_ttl
-        return ttl is not None and self.updated_at + timedelta(seconds=ttl) < now
+        return expired(self.updated_at, self.catalogue.ttl, default_ttl, now)
 
     def matches(self, where: SessionFilter) -> bool:
         entry = self.catalogue

@@ -52,9 +52,12 @@ from ._backend import (
 )
 from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import (
+    MAX_TTL,
     check_life,
     decode_metadata,
     deleted_message,
+    expired,
+    stored_ttl,
     validate_ttl,
     version_conflict,
 )
@@ -550,9 +553,13 @@ LEFT JOIN LATERAL (
 ) r ON true
 ORDER BY r.seq
 """
+# The TTL clamped as _catalogue.ttl_in_force() does (least/greatest skip NULLs, hence
+# the IS NOT NULL): a value stored by an older version or by hand never keeps a session
+# forever nor takes the query out of the timestamp range.
 _SQL_EXPIRED = (
     f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id > $1 "
-    "AND updated_at + make_interval(secs => coalesce(ttl, $2)) < $3 "
+    "AND coalesce(ttl, $2) IS NOT NULL AND updated_at + make_interval(secs => "
+    f"least(greatest(coalesce(ttl, $2), 0), {MAX_TTL.total_seconds():.0f})) < $3 "
     "ORDER BY session_id LIMIT $4"
 )
 _SQL_DELETE_LOCK_MANY = (
@@ -1672,7 +1679,7 @@ def _info(row: Any) -> SessionInfo:
         title=row[5],
         tags=tuple(row[6] or ()),
         metadata=decode_metadata(row[7]),
-        ttl=None if row[8] is None else timedelta(seconds=row[8]),
+        ttl=stored_ttl(row[8]),
         version=row[9],
     )
 
@@ -1688,8 +1695,7 @@ def _keep(
         return True
     if expiry is not None:
         now, default = expiry
-        seconds = ttl if ttl is not None else default
-        return seconds is None or updated + timedelta(seconds=seconds) >= now
+        return not expired(updated, ttl, default, now)
     return False
 
 

@@ -36,7 +36,16 @@ from ._backend import (
     TurnUsage,
 )
 from ._branchrules import fork_target_conflict, skips_undo
-from ._catalogue import check_life, decode_metadata, validate_ttl, version_conflict
+from ._catalogue import (
+    MAX_TTL,
+    check_life,
+    decode_metadata,
+    decode_tags,
+    stored_ttl,
+    ttl_in_force,
+    validate_ttl,
+    version_conflict,
+)
 from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
 from ._observe import HOOK
 from ._policy import (
@@ -668,7 +677,7 @@ def _keep(
         return True
     if expiry is not None:
         now, default = expiry
-        ttl = row[1] if row[1] is not None else default
+        ttl = ttl_in_force(row[1] if row[1] is not None else default)
         return ttl is None or row[0] + ttl >= now
     return False
 
@@ -882,7 +891,13 @@ class SQLiteBackend:
     async def usage_totals(
         self, session_id: str | None, since: datetime | None
     ) -> tuple[TurnUsage, int]:
-        sums = ", ".join(f"coalesce(sum({c}), 0)" for c in _USAGE_COLUMNS.split(", "))
+        # SQLite's sum() of integers raises past 2**63 - 1, where PostgreSQL's sum of
+        # bigint is numeric: summing the high and the low 32 bits of each count apart
+        # (neither sum can overflow before 2**31 turns) gives the exact total here too.
+        columns = _USAGE_COLUMNS.split(", ")
+        sums = ", ".join(
+            f"coalesce(sum({c} >> 32), 0), coalesce(sum({c} & 4294967295), 0)" for c in columns
+        )
         sql = f"SELECT {sums}, count(requests) FROM txs_turns WHERE requests IS NOT NULL"
         params: dict[str, Any] = {}
         if session_id is not None:
@@ -890,7 +905,8 @@ class SQLiteBackend:
         if since is not None:
             sql, params["t"] = sql + " AND created_at >= :t", since.timestamp()
         (row,) = await self._run("read", _query, sql, params)
-        return TurnUsage(*row[:5]), row[5]
+        totals = [(row[2 * n] << 32) + row[2 * n + 1] for n in range(len(columns))]
+        return TurnUsage(*totals), row[-1]
 
     async def load_branches(self, source_id: str) -> list[BranchRow]:
         rows = await self._run("read", _query, _SQL_LOAD_BRANCHES, (source_id,))
@@ -963,10 +979,14 @@ class SQLiteBackend:
             "expired_sessions",
             _query,
             f"SELECT {_INFO_COLUMNS} FROM txs_sessions WHERE session_id > :after "
-            "AND updated_at + coalesce(ttl, :default) < :now ORDER BY session_id LIMIT :limit",
+            # The TTL clamped as ttl_in_force() does: a value stored by an older version
+            # or by hand never keeps a session forever nor breaks the query.
+            "AND updated_at + min(max(coalesce(ttl, :default), 0.0), :max_ttl) < :now "
+            "ORDER BY session_id LIMIT :limit",
             {
                 "after": "" if after is None else after,
                 "default": default_ttl,
+                "max_ttl": MAX_TTL.total_seconds(),
                 "now": now.timestamp(),
                 "limit": min(limit, 2**62),
             },
@@ -1034,9 +1054,9 @@ def _info(row: Sequence[Any]) -> SessionInfo:
         updated_at=datetime.fromtimestamp(row[3], timezone.utc),
         user_id=row[4],
         title=row[5],
-        tags=tuple(json.loads(row[6])) if row[6] else (),
+        tags=decode_tags(row[6]),
         metadata=decode_metadata(row[7]),
-        ttl=None if row[8] is None else timedelta(seconds=row[8]),
+        ttl=stored_ttl(row[8]),
         version=row[9],
     )
 

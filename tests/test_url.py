@@ -77,6 +77,44 @@ def test_bad_urls_raise_value_error_naming_the_problem(url: str, words: str) -> 
 
 
 @pytest.mark.parametrize(
+    ("url", "parameter"),
+    [
+        ("sqlite:///x.db?ttl=100&ttl=200", "ttl"),
+        ("sqlite:///x.db?ttl=100&ttl=100", "ttl"),
+        ("sqlite:///x.db?synchronous=FULL&busy_timeout=1&synchronous=NORMAL", "synchronous"),
+        ("sqlite:///x.db?integrity=off&integrity=reject", "integrity"),
+        (f"postgresql://u:{SECRET}@h/db?ttl=100&ttl=200", "ttl"),
+        (f"postgresql://u:{SECRET}@h/db?schema=a&schema=b", "schema"),
+        (f"postgresql://u:{SECRET}@h/db?table_prefix=a_&table_prefix=b_", "table_prefix"),
+        (f"postgresql://u:{SECRET}@h/db?sslmode=disable&sslmode=require", "sslmode"),
+        (f"postgresql://u@h/db?password={SECRET}&password={SECRET}x", "password"),
+    ],
+)
+def test_a_repeated_url_parameter_is_refused_naming_it_never_its_values(
+    url: str, parameter: str
+) -> None:
+    with pytest.raises(ValueError, match=f"parameter '{parameter}' is given more than once"):
+        parse_url(url)
+    with pytest.raises(ValueError) as info:
+        parse_url(url)
+    assert SECRET not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "ttl", ["3155760001", "99999999999999", "1e300", "inf", "nan", "0", "-5", "soon"]
+)
+@pytest.mark.parametrize("base", ["sqlite:///x.db", f"postgresql://u:{SECRET}@h/db"])
+def test_a_url_ttl_outside_0_to_100_years_is_a_value_error_naming_ttl(base: str, ttl: str) -> None:
+    with pytest.raises(ValueError) as info:
+        parse_url(f"{base}?ttl={ttl}")
+    assert "ttl must be a number of seconds > 0 and at most 3155760000 (100 years)" in str(
+        info.value
+    )
+    assert SECRET not in str(info.value)
+    assert parse_url(f"{base}?ttl=3155760000").options["ttl"].days == 36525
+
+
+@pytest.mark.parametrize(
     ("url", "expected"),
     [
         (f"postgresql://app:{SECRET}@h:5432/db", "postgresql://app:***@h:5432/db"),

@@ -15,6 +15,7 @@ import typer
 from .._backend import AdminBackend, SessionInfo
 from .._store import Store
 from .._transfer import admin_backend
+from .._validate import MAX_INT64
 from .options import Db, Json, database_url, opened
 from .render import (
     Column,
@@ -97,7 +98,9 @@ _Filters = tuple[str | None, str | None]
 def list_cmd(
     ctx: typer.Context,
     db: Db = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Sessions per page.")] = 50,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=MAX_INT64, help="Sessions per page.")
+    ] = 50,
     after: Annotated[
         str | None, typer.Option("--after", metavar="ID", help="Start after this session id.")
     ] = None,

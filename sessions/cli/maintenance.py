@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from .._store import Store
+from .._validate import MAX_DURATION
 from .options import ENV_URL, Db, Yes, database_url, opened
 from .render import Column, UsageError, confirm, fail, plural, progress, run_async, say, table, when
 
@@ -95,7 +96,9 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 def parse_duration(
     text: str, option: str = "--older-than", command: str = "sessions purge"
 ) -> timedelta:
-    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or combinations such as ``1d12h``."""
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or combinations such as ``1d12h``, at
+    most 100 years (:data:`sessions._validate.MAX_DURATION`); else a usage error naming
+    ``option``."""
     compact = text.strip().lower().replace(" ", "")
     if not compact or _DURATION_PART.sub("", compact):
         raise UsageError(
@@ -103,6 +106,10 @@ def parse_duration(
             command,
         )
     seconds = sum(float(n) * _UNITS[unit] for n, unit in _DURATION_PART.findall(compact))
+    if seconds > MAX_DURATION.total_seconds():  # inf too
+        raise UsageError(
+            f"{option} {text!r} is too long: at most {MAX_DURATION.days}d (100 years)", command
+        )
     return timedelta(seconds=seconds)
 
 

@@ -10,6 +10,7 @@ import typer
 
 from .._backend import TurnUsage
 from .._turns import Turn
+from .._validate import MAX_INT64
 from .maintenance import parse_duration
 from .options import Db, Json, database_url, opened
 from .render import (
@@ -101,7 +102,13 @@ def fork_cmd(
     new_session_id: Annotated[str, typer.Argument(metavar="NEW_ID", help="The new session.")],
     at_turn: Annotated[
         int | None,
-        typer.Option("--at-turn", metavar="N", help="Copy turns 1 to N (default: all)."),
+        typer.Option(
+            "--at-turn",
+            metavar="N",
+            min=1,
+            max=MAX_INT64,
+            help="Copy turns 1 to N (default: all).",
+        ),
     ] = None,
     db: Db = None,
     as_json: Json = False,
@@ -139,7 +146,9 @@ def rewind_cmd(
     session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
     to_turn: Annotated[
         int | None,
-        typer.Option("--to-turn", metavar="N", help="Hide the turns after turn N."),
+        typer.Option(
+            "--to-turn", metavar="N", min=0, max=MAX_INT64, help="Hide the turns after turn N."
+        ),
     ] = None,
     undo: Annotated[
         bool, typer.Option("--undo", help="Bring back the turns the newest rewind hid.")
