@@ -246,8 +246,9 @@ _SQL_VERSION_TABLE = (
 # $1 session_id, $2 batch_id, $3 items text[], $4 item count, then the turn record
 # (Batch.turn): $5 whether there is one, $6 its run id, $7 its time (NULL: now()), $8-$12
 # its usage (NULL: none), $13 the life it was prepared against (Batch.incarnation; NULL:
-# no check: a row just created has a new life, so it fails the check and the whole
-# statement is rolled back). now() is when the
+# no check: a row just created has a new life, so it fails the check, raised while
+# inserting the items, and the whole statement is rolled back; a batch without items
+# and with a life to check takes the general commit). now() is when the
 # transaction started; a commit that started earlier but got the row later must not move
 # updated_at back, hence GREATEST (here and in _SQL_BATCH).
 _SQL_APPEND = """
@@ -272,12 +273,12 @@ WITH b AS (
     SELECT $1, s.base, s.base + $4::bigint - 1, coalesce($7::timestamptz, now()), $6::text,
            $8::bigint, $9::bigint, $10::bigint, $11::bigint, $12::bigint
     FROM s WHERE $5::boolean AND $4::bigint > 0
-), i AS (
-    INSERT INTO {items} (session_id, seq, batch_id, data)
-    SELECT $1, s.base + u.ord - 1, $2, u.data
-    FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
 )
-SELECT {deleted}($1) FROM s WHERE s.life IS DISTINCT FROM coalesce($13::text, s.life)
+INSERT INTO {items} (session_id, seq, batch_id, data)
+SELECT $1, s.base + u.ord - 1, $2, u.data
+FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
+WHERE CASE WHEN s.life IS NOT DISTINCT FROM coalesce($13::text, s.life) THEN true
+           ELSE {deleted}($1) IS NULL END
 """
 
 # The general commit, statement 1 of 2+: make sure the session row exists and lock it;
@@ -1044,7 +1045,14 @@ class PostgresBackend:
             return
         if self._closed:
             raise StoreClosedError("PostgreSQL commit: the store is closed")
-        if any(b.clear or b.pops or b.restore_times is not None or not b.plain for b in batches):
+        if any(
+            b.clear
+            or b.pops
+            or b.restore_times is not None
+            or not b.plain
+            or (b.incarnation is not None and not b.items)
+            for b in batches
+        ):
             await self._run(
                 "commit", lambda conn, phase: self._transact(conn, phase, session_id, batches)
             )
