@@ -34,6 +34,7 @@ POOL = MAIN_IDS + FORK_IDS
 USERS = ("u0", "u1")
 #: Per store, per main id: one buffered object and one autocommit object.
 LAYOUT = [(store, sid, auto) for store in (0, 1) for sid in MAIN_IDS for auto in (False, True)]
+LAYOUT.append((0, "f1", False))  # a fork target that is written to after the fork
 
 
 class Harness:

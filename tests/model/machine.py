@@ -21,11 +21,12 @@ from sessions._doctor import check_store
 from sessions.errors import SessionError
 
 from . import strategies as gen
-from .harness import LAYOUT, POOL, USERS, Harness, Items, object_models, skip
+from .harness import LAYOUT, POOL, USERS, Harness, Items, object_models, output, skip
 from .invariants import Violation, check_read, check_world, expect
 from .spec import (
     ANY,
     CALL,
+    Item,
     ObjectModel,
     Outcome,
     call_key,
@@ -100,6 +101,15 @@ class ModelMachine(RuleBasedStateMachine):
             return call_key(view[-1])
         return None
 
+    def reader(self, index: int) -> tuple[Any, ObjectModel]:
+        """The object to read through: itself, or a fresh one on its store when the read
+        would be ambiguous for it (:meth:`ambiguous_read`)."""
+        if not self.ambiguous_read(index):
+            return self.obj(index)
+        model = self.world.objects[index]
+        real = self.h.stores[model.store].session(self.h.rid(model.sid))
+        return real, ObjectModel(model.sid, model.store)
+
     def ambiguous_read(self, index: int) -> bool:
         """A read other than get_items() on an object that would adopt a newer life or
         version if it were get_items(): the docs do not say whether it does."""
@@ -116,8 +126,19 @@ class ModelMachine(RuleBasedStateMachine):
 
     @rule(index=OBJ, units=gen.UNITS)
     def add_items(self, index: int, units: list[str]) -> None:
+        self.add(index, self.items.make(units, self.open_call(index)))
+
+    @rule(index=st.sampled_from([i for i, spec in enumerate(LAYOUT) if spec[2]]))
+    def autocommit_tool_run(self, index: int) -> None:
+        """A run with a tool call as the SDK writes it with autocommit: the input, the
+        call, then its output and the answer, three commits (docs/turns.md): three
+        turns, the call and its output in two of them."""
+        self.add(index, self.items.make(["user"], self.open_call(index)))
+        self.add(index, self.items.make(["open"], None))
+        self.add(index, self.items.make(["assistant"], self.open_call(index)))
+
+    def add(self, index: int, items: list[Item]) -> None:
         real, model = self.obj(index)
-        items = self.items.make(units, self.open_call(index))
         if model.autocommit and self.avoid(replace(model, staged=[*model.staged, *items])):
             return
         outcome = self.world.add(model, items)
@@ -212,10 +233,17 @@ class ModelMachine(RuleBasedStateMachine):
 
         self.run(go())
 
-    @rule(index=PLAIN, units=gen.UNITS, boom=st.booleans())
-    def transaction(self, index: int, units: list[str], boom: bool) -> None:
+    @rule(
+        index=PLAIN,
+        units=gen.UNITS,
+        boom=st.booleans(),
+        orphan=st.sampled_from([False, False, False, True]),
+    )
+    def transaction(self, index: int, units: list[str], boom: bool, orphan: bool) -> None:
         real, model = self.obj(index)
         items = self.items.make(units, self.open_call(index))
+        if orphan:  # an output without its call: refused at commit (integrity="reject")
+            items.append(output(f"orphan{self.items.n}"))
         if self.avoid(replace(model, staged=[*model.staged, *items])):
             return
         if skip("transaction_refused") and not boom:
@@ -242,13 +270,16 @@ class ModelMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ reads
 
-    @rule(index=OBJ, how=st.sampled_from(["all", "limit", "turns"]), n=st.integers(0, 6))
+    @rule(index=OBJ, how=st.sampled_from(["all", "limit", "turns"]), n=st.integers(-1, 6))
     def get_items(self, index: int, how: str, n: int) -> None:
+        """``n`` -1: as many as start the window right after a tool call's turn."""
         real, model = self.obj(index)
         sess = self.world.s(model.sid)
+        if n < 0:
+            turns = sess.turns
+            n = len(turns) - (cut_point(turns) or 0)
         if how == "turns":
-            if self.ambiguous_read(index):
-                return
+            real, model = self.reader(index)
             want = read_turns(model, sess, n)
             if skip("turns_orphans") and orphan_cut(model, sess, n):
                 return
@@ -267,12 +298,14 @@ class ModelMachine(RuleBasedStateMachine):
 
     @rule(index=OBJ)
     def turns(self, index: int) -> None:
-        real, model = self.obj(index)
-        if self.ambiguous_read(index):
-            return
-        got = [(t.number, t.items, t.pending, t.run_id) for t in self.run(real.turns())]
+        real, model = self.reader(index)
+        # The pending turn's run id is not said (it is recorded at commit): not compared.
+        got = [
+            (t.number, t.items, t.pending, None if t.pending else t.run_id)
+            for t in self.run(real.turns())
+        ]
         want = [
-            (n, len(items), pending, run_id)
+            (n, len(items), pending, None if pending else run_id)
             for n, (items, pending, run_id) in enumerate(
                 view_turns(model, self.world.s(model.sid)), 1
             )
@@ -281,19 +314,28 @@ class ModelMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ turns
 
-    @rule(index=PLAIN, dst=st.sampled_from(POOL), at=st.one_of(st.none(), st.integers(1, 5)))
-    def fork(self, index: int, dst: str, at: int | None) -> None:
+    @rule(index=OBJ, dst=st.sampled_from(POOL), at=gen.AT)
+    def fork(self, index: int, dst: str, at: int | str | None) -> None:
+        """``at`` below 1 counts from the end (-1: the turn before the last); "cut": a
+        turn whose end parts a tool call from its output, when there is one."""
         real, model = self.obj(index)
-        if model.has_pending() or self.known_fork_defect(model, dst, at):
+        at = turn_number(self.world.s(model.sid).turns, at)
+        if model.has_pending():  # refused first (the order of the checks is not said)
+            wrong = dst == model.sid or (at is not None and at < 1)
+            outcome = fail(SessionError, ValueError) if wrong else fail(SessionError)
+        elif self.known_fork_defect(model, dst, at):
             return
-        outcome = self.world.fork(model, dst, at)
+        else:
+            outcome = self.world.fork(model, dst, at)
         self.call(
             f"fork#{index}({dst}, at_turn={at})", outcome, real.fork(self.h.rid(dst), at_turn=at)
         )
 
-    @rule(index=PLAIN, to=st.integers(0, 5))
-    def rewind(self, index: int, to: int) -> None:
+    @rule(index=PLAIN, to=gen.AT.filter(lambda at: at is not None))
+    def rewind(self, index: int, to: int | str) -> None:
+        """``to`` as ``at`` of :meth:`fork` (below 0: 0)."""
         real, model = self.obj(index)
+        to = max(turn_number(self.world.s(model.sid).turns, to) or 0, 0)
         turns = self.world.s(model.sid).turns
         if skip("rewind_pairs") and splits_pair(turns[:to], turns[to:]):
             return
@@ -332,7 +374,10 @@ class ModelMachine(RuleBasedStateMachine):
         if valid:
             outcome = self.world.record_usage(model, usage)  # type: ignore[arg-type]
         else:  # which check comes first is not said: both refuse, nothing staged
-            outcome = fail(ValueError) if model.staged else fail(ValueError, SessionError)
+            refusals = (
+                (ValueError, TypeError) if model.staged else (ValueError, TypeError, SessionError)
+            )
+            outcome = fail(*refusals)
         self.call(
             f"record_usage#{index}({usage})",
             outcome,
@@ -391,8 +436,7 @@ class ModelMachine(RuleBasedStateMachine):
     def run_state(self, index: int, what: str, label: str | None) -> None:
         real, model = self.obj(index)
         if what == "read":
-            if self.ambiguous_read(index):
-                return
+            real, model = self.reader(index)
             text, staged, lab = self.world.run_state_record(model)
             record = self.run(real.run_state_record())
             expect(
@@ -450,6 +494,22 @@ class ModelMachine(RuleBasedStateMachine):
     def everything_reads_as_the_model_says(self) -> None:
         self.steps += 1
         self.run(check_world(self.h, self.world, self.steps % 2))
+
+
+def cut_point(turns: list[Any]) -> int | None:
+    """The first turn number whose end parts a tool call from its output."""
+    for n in range(1, len(turns)):
+        if splits_pair(turns[:n], turns[n:]):
+            return n
+    return None
+
+
+def turn_number(turns: list[Any], at: int | str | None) -> int | None:
+    if at == "cut":
+        return cut_point(turns) or len(turns)
+    if isinstance(at, int) and at < 1:
+        return len(turns) + at
+    return at  # type: ignore[return-value]
 
 
 def orphan_cut(model: ObjectModel, sess: Any, n: int) -> bool:

@@ -16,6 +16,10 @@ UNITS = st.lists(st.sampled_from(["user", "assistant", "pair"]), min_size=1, max
     lambda units: st.sampled_from([units, [*units, "open"]])
 )
 
+#: A turn number: below 1 counts from the end; "cut": where a tool call is parted from
+#: its output (when there is such a place).
+AT = st.one_of(st.none(), st.integers(-3, 5), st.just("cut"))
+
 RUN_IDS = st.sampled_from([None, "r1", "r2", "x" * 256, "", "x" * 257, "bad\ud800", 7])
 
 
