@@ -20,16 +20,19 @@ def render(data: dict[str, Any]) -> str:
     """The region's text (between the markers) for the figures ``data``."""
     lines = [
         f"`{data['command']}` at commit `{data['commit']}`, {data['date']}: programs of "
-        f"up to {data['steps_per_program']} steps, hypothesis seeds {data['seeds']}.",
+        f"up to {data['steps_per_program']} steps, {data['programs_per_seed']} programs per "
+        "hypothesis seed.",
         "",
-        "| backend | steps | programs | violations | first violation |",
-        "|---|---:|---:|---:|---|",
+        "| backend | steps | programs | seeds | violations | first violation |",
+        "|---|---:|---:|---|---:|---|",
     ]
     for kind, row in data["backends"].items():
         first = row["examples"][0] if row["examples"] else "-"
         first = first.replace("|", "\\|")
+        seeds = f"{row['seeds'][0]} to {row['seeds'][1]}"
         lines.append(
-            f"| {kind} | {row['steps']:,} | {row['programs']:,} | {row['violations']:,} | {first} |"
+            f"| {kind} | {row['steps']:,} | {row['programs']:,} | {seeds} "
+            f"| {row['violations']:,} | {first} |"
         )
     return "\n".join(lines) + "\n"
 

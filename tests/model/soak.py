@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "commit": git_head(),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "steps_per_program": STEPS_PER_PROGRAM,
-        "seeds": f"{args.seed} on",
+        "programs_per_seed": PROGRAMS_PER_ROUND,
         "backends": rows,
     }
     print(report.render(data))
