@@ -26,7 +26,7 @@ def render(data: dict[str, Any]) -> str:
         "| backend | steps | programs | seeds | violations | first violation |",
         "|---|---:|---:|---|---:|---|",
     ]
-    for kind, row in data["backends"].items():
+    for kind, row in sorted(data["backends"].items(), key=lambda kv: _order(kv[0])):
         first = row["examples"][0] if row["examples"] else "-"
         first = first.replace("|", "\\|")
         seeds = f"{row['seeds'][0]} to {row['seeds'][1]}"
@@ -35,6 +35,11 @@ def render(data: dict[str, Any]) -> str:
             f"| {row['violations']:,} | {first} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _order(kind: str) -> tuple[int, str]:
+    known = ("memory", "sqlite", "postgres")
+    return (known.index(kind) if kind in known else len(known), kind)
 
 
 def region(text: str) -> str | None:
