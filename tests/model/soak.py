@@ -75,7 +75,10 @@ def soak_backend(kind: str, steps: int, seed: int, schema: str | None) -> dict[s
             violations += 1
             first = str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
             examples.append(f"seed {round_seed}: {type(exc).__name__}: {first}")
-            print(f"[{kind}] seed {round_seed}: {type(exc).__name__}: {exc}\n{out.getvalue()}")
+            program = "\n".join(getattr(exc, "__notes__", []))  # hypothesis's failing program
+            print(
+                f"[{kind}] seed {round_seed}: {type(exc).__name__}: {exc}\n{program}{out.getvalue()}"
+            )
         round_seed += 1
         print(f"[{kind}] {tally['steps']:,}/{steps:,} steps, {violations} violations", flush=True)
     hypothesis.core.global_force_seed = None  # type: ignore[attr-defined]
