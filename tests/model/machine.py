@@ -30,6 +30,7 @@ from .spec import (
     ObjectModel,
     Outcome,
     call_key,
+    defects,
     fail,
     ok,
     read_limit,
@@ -287,11 +288,14 @@ class ModelMachine(RuleBasedStateMachine):
         elif how == "limit" and n > 0:
             want = read_limit(model, sess, n)
             self.world.read(model)
+            if n <= len(model.staged):  # answered from staging: stored history may go unread
+                model.version = ANY
             got = self.run(real.get_items(n))
         else:
             want = self.world.read(model)
             got = self.run(real.get_items())
-        check_read(f"get_items#{index}({how}, {n})", got)
+        if not defects(want):  # staged items another writer's pending call now precedes
+            check_read(f"get_items#{index}({how}, {n})", got)  # are the model's, not a read's
         expect(f"get_items#{index}({how}, {n})", got, want)
         if how != "turns" and model.version is not ANY:
             expect(f"version#{index} after get_items", real.version, model.version)

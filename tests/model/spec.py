@@ -48,6 +48,8 @@ class TurnRec:
     items: list[Item]
     run_id: str | None = None
     usage: Usage | None = None
+    #: Written by an import (no turn record): adjacent such items read as one turn.
+    unrecorded: bool = False
 
 
 @dataclass
@@ -182,7 +184,7 @@ def stored_view(obj: ObjectModel, sess: SessionModel) -> list[TurnRec]:
     for turn in sess.turns:
         kept = [i for i in turn.items if json.dumps(i, sort_keys=True) not in popped]
         if kept:
-            out.append(TurnRec(turn.seq, kept, turn.run_id, turn.usage))
+            out.append(TurnRec(turn.seq, kept, turn.run_id, turn.usage, turn.unrecorded))
     return out
 
 

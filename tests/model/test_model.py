@@ -15,7 +15,7 @@ from tests.conftest import require_postgres
 from .machine import ModelMachine
 
 #: Programs per backend and steps per program: the whole file stays under ~90 s here.
-BUDGET = {"memory": 150, "sqlite": 80, "postgres": 40}
+BUDGET = {"memory": 200, "sqlite": 100, "postgres": 60}
 #: Shrinking a failure stops after this long (the test stays under pytest-timeout's 120 s).
 SHRINK_SECONDS = 30
 STEPS = 30

@@ -300,8 +300,12 @@ class World:
             self.delete(sid)
             sess = self.s(sid)
         created = not sess.exists
-        if items:
-            sess.turns.append(TurnRec(self.next_seq(), deep(items), None, None))
+        if items and sess.turns and sess.turns[-1].unrecorded:  # docs/turns.md
+            sess.turns[-1] = TurnRec(
+                sess.turns[-1].seq, sess.turns[-1].items + deep(items), None, None, True
+            )
+        elif items:
+            sess.turns.append(TurnRec(self.next_seq(), deep(items), None, None, True))
         if created:
             sess.info = dict(info)
         sess.exists, sess.version = True, None
