@@ -1,8 +1,9 @@
 """The model: what the docs say the public API does, as plain Python (no I/O).
 
 Written from README.md, docs/turns.md, docs/catalogue.md, docs/history.md, docs/cli.md,
-the public docstrings and the team's decisions D1-D7 (tests/model/README in
-docs/RELIABILITY.md, "Every operation against every other"), never from the code.
+the public docstrings and the team's decisions D1-D7 (listed in the report of issue 28;
+the test is described in docs/RELIABILITY.md, "Every operation against every other"),
+never from the code.
 
 Per session id a :class:`SessionModel` (turns, hidden turns per rewind, catalogue,
 version, fork records, run state, the "life" deletions end); per session object an
