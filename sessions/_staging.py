@@ -130,6 +130,8 @@ class Stage:
 
     def absorb(self, later: Stage) -> None:
         """Fold a later ``OPEN`` stage into this ``OPEN`` one (both never applied)."""
+        # The turn keeps the run id set when its first item was staged.
+        first_items = later.clear or not self.items
         if later.clear:
             self.clear, self.pops, self.items = True, [], list(later.items)
             self.shapes = list(later.shapes)
@@ -143,7 +145,7 @@ class Stage:
                 self.tail = later.tail
         if later.run_state is not None:
             self.run_state = later.run_state
-        if self.run_id is None:
+        if first_items and later.items:
             self.run_id = later.run_id
         if later.usage is not None:
             self.usage = later.usage if self.usage is None else self.usage + later.usage
@@ -193,7 +195,7 @@ class Staging:
                 raise ValueError("add(): one shape per text")
             if texts:
                 stage = self._writable()
-                if stage.run_id is None:
+                if not stage.items:  # the turn keeps the run id set at its first item
                     stage.run_id = self.run_id
                 stage.items.extend(texts)
                 stage.shapes.extend(shapes)
@@ -266,10 +268,10 @@ class Staging:
         stage = live[0] if live else self._writable()
         if len(shapes) != len(texts):
             raise ValueError("replace_tail(): one shape per text")
+        if not stage.items[:keep]:  # the turn keeps the run id set at its first item
+            stage.run_id = self.run_id
         stage.items = stage.items[:keep] + texts
         stage.shapes = stage.shapes[:keep] + shapes
-        if stage.run_id is None:
-            stage.run_id = self.run_id
         stage.pops.extend(pops)
         if tail is not None:
             stage.tail = tail if stage.tail is None else min(stage.tail, tail)

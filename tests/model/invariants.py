@@ -20,11 +20,14 @@ def expect(what: str, got: Any, want: Any) -> None:
 
 
 def check_read(what: str, items: list[Item]) -> None:
-    """Every read is valid input: no item twice, no output without its call."""
+    """Every read is valid input: no item twice, no output without its call. A call
+    without its output that a later turn went past may be read (docs/history.md: a
+    stored call left pending is not judged at a later commit; the SDK drops calls
+    without outputs when it builds the next input)."""
     texts = [json.dumps(i, sort_keys=True) for i in items]
     if len(set(texts)) != len(texts):
         raise Violation(f"{what}: an item appears twice: {items!r}")
-    found = defects(items)
+    found = {d for d in defects(items) if d[0] != "missing_output"}
     if found:
         raise Violation(f"{what}: not valid input ({sorted(found)}): {items!r}")
 

@@ -287,9 +287,10 @@ class ModelMachine(RuleBasedStateMachine):
             got = self.run(real.get_items(turns=n))
         elif how == "limit" and n > 0:
             want = read_limit(model, sess, n)
+            life = model.life
             self.world.read(model)
-            if n <= len(model.staged):  # answered from staging: stored history may go unread
-                model.version = ANY
+            if n <= len(model.staged):  # answered from staging: stored history goes unread
+                model.version, model.life = ANY, life
             got = self.run(real.get_items(n))
         else:
             want = self.world.read(model)

@@ -75,14 +75,12 @@ class World:
         stored = [i for t in stored_view(obj, sess) for i in t.items]
         if not stored:
             return ok(None)
-        if obj.life is None and sess.exists:
-            obj.life = sess.life  # the pop names an item of this life (D4)
+        self.adopt(obj, sess)  # the pop reads stored items: the life is learned (D4)
         obj.pops.append(stored[-1])
         return ok(stored[-1])
 
     def _autocommit_pop(self, obj: ObjectModel, sess: SessionModel) -> Outcome:
-        if self.stale(obj, sess):
-            return fail(SessionDeletedError)
+        self.adopt(obj, sess)  # it reads the item it pops first
         items = sess.items()
         if not items:
             return ok(None)
@@ -101,13 +99,20 @@ class World:
         return ok()
 
     def read(self, obj: ObjectModel) -> list[Item]:
-        """get_items(): adopts the stored version and (nothing staged) the life (D3, D4)."""
+        """get_items(): a read of stored history (none while a clear is staged) adopts
+        the stored version and the life (D3, D4)."""
         sess = self.s(obj.sid)
         if not obj.clear:
             obj.version = sess.version if sess.version is not None else ANY
-        if not obj.has_pending() and sess.exists:
-            obj.life = sess.life
+            self.adopt(obj, sess)
         return view_items(obj, sess)
+
+    def adopt(self, obj: ObjectModel, sess: SessionModel) -> None:
+        """D4: a read of stored history teaches the object the session's present life
+        (none: the session does not exist), unless it holds changes made against the
+        life it knows. Commits, rewinds and undos teach nothing."""
+        if obj.life is None or not obj.has_pending():
+            obj.life = sess.life if sess.exists else None
 
     # ------------------------------------------------------------------ commit
 
@@ -126,23 +131,27 @@ class World:
             found.append(Conflict)
         if obj.run_state is not None and obj.rs_seen is not None and obj.rs_seen != sess.rs_gen:
             found.append(Conflict)
-        before = defects(sess.items())
-        after = defects(view_items(obj, sess))
-        if after - before:
+        if self.new_defects(obj) - self.passed_pending_calls(obj):
             found.append(Invalid)
         return tuple(found)
 
+    def new_defects(self, obj: ObjectModel) -> set[tuple[str, str]]:
+        """What the object's commit would add to the stored history's defects."""
+        sess = self.s(obj.sid)
+        return defects(view_items(obj, sess)) - defects(sess.items())
+
+    def passed_pending_calls(self, obj: ObjectModel) -> set[tuple[str, str]]:
+        """``missing_output`` of stored calls left pending that the commit goes past:
+        docs/history.md, "How a commit is judged": not judged at that later commit (the
+        SDK drops calls without outputs when it builds the next input)."""
+        sess = self.s(obj.sid)
+        stored = {i.get("call_id") for i in sess.items() if i.get("type") == "function_call"}
+        return {d for d in self.new_defects(obj) if d[0] == "missing_output" and d[1] in stored}
+
     def passes_pending_call(self, obj: ObjectModel) -> bool:
         """The commit would add items after a stored call still waiting for its output
-        (another writer's pending tool call): the history would be refused by the API."""
-        sess = self.s(obj.sid)
-        stored = {
-            k
-            for k, i in ((i.get("call_id"), i) for i in sess.items())
-            if i.get("type") == "function_call"
-        }
-        new = defects(view_items(obj, sess)) - defects(sess.items())
-        return any(rule == "missing_output" and key in stored for rule, key in new)
+        (another writer's pending tool call): stored, not judged (docs/history.md)."""
+        return bool(self.passed_pending_calls(obj))
 
     def commit(self, obj: ObjectModel, expected: int | None) -> Outcome:
         if not obj.has_pending():
@@ -177,7 +186,6 @@ class World:
             False, [], [], None, {}, None,
         )  # fmt: skip
         obj.rs_seen = None
-        obj.life = sess.life
 
     def record_usage(self, obj: ObjectModel, usage: Usage) -> Outcome:
         if not obj.staged:
@@ -217,10 +225,10 @@ class World:
         sess = self.s(obj.sid)
         if obj.has_pending():
             return fail(errors.SessionError)
-        if not sess.hidden:
-            return ok(0)
         if self.stale(obj, sess):
             return fail(SessionDeletedError)
+        if not sess.hidden:
+            return ok(0)
         back = sess.hidden[-1]
         first = min(t.seq for t in back)
         if any(t.seq > first for t in sess.turns):
@@ -233,7 +241,6 @@ class World:
     def _bump(self, obj: ObjectModel, sess: SessionModel) -> None:
         sess.version = None if sess.version is None else sess.version + 1
         obj.version = ANY
-        obj.life = sess.life
 
     # ------------------------------------------------------------------ fork (D1)
 
