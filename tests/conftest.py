@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from sessions import SQLiteStore, Store
+from sessions import MemoryStore, SQLiteStore, Store
 from sessions._redact import redact
 from tests.skip_policy import (  # noqa: F401 - pytest hooks, registered by being here
     in_ci,
@@ -155,6 +155,19 @@ async def target(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 @pytest.fixture
 async def store(target: Target) -> Store[Any]:
     return await target.open()
+
+
+@pytest.fixture(params=[*BACKENDS, "memory"])
+async def tstore(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store[Any]]:
+    """A store on every backend, ``MemoryStore`` (the reference) included."""
+    if request.param == "memory":
+        memory = await MemoryStore.open()
+        yield memory
+        await memory.close()
+        return
+    target = make_target(request.param, tmp_path, request)
+    yield await target.open()
+    await target.close_all()
 
 
 @pytest.fixture

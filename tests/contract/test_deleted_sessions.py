@@ -14,31 +14,18 @@ until ``rollback()``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sessions import MemoryStore, Store
+from sessions import Store
 from sessions.errors import CommitConflictError, SessionDeletedError
 from tests.conftest import BACKENDS, Target, make_target
 
 
 def msg(text: str) -> dict[str, Any]:
     return {"role": "user", "content": text}
-
-
-@pytest.fixture(params=[*BACKENDS, "memory"])
-async def tstore(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store[Any]]:
-    if request.param == "memory":
-        memory = await MemoryStore.open()
-        yield memory
-        await memory.close()
-        return
-    target = make_target(request.param, tmp_path, request)
-    yield await target.open()
-    await target.close_all()
 
 
 async def texts(store: Store[Any], sid: str) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,11 @@ from typing import Any
 import pytest
 from agents import Agent, RunConfig, Runner
 
-from sessions import MemoryStore, SQLiteStore, Store, TransactionalSession, Turn, TurnUsage
+from sessions import SQLiteStore, Store, TransactionalSession, Turn, TurnUsage
 from sessions._history import CALL_OUTPUT, check_history
 from sessions.errors import CommitConflictError, CommitError, SessionError
 from sessions.sqlite import MIGRATIONS
-from tests.conftest import BACKENDS, Target, make_target
+from tests.conftest import Target
 from tests.contract import raw
 from tests.history_items import call, output
 from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk
@@ -30,18 +29,6 @@ from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk
 
 def msg(text: str, role: str = "user") -> dict[str, Any]:
     return {"role": role, "content": text}
-
-
-@pytest.fixture(params=[*BACKENDS, "memory"])
-async def tstore(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store[Any]]:
-    if request.param == "memory":
-        memory = await MemoryStore.open()
-        yield memory
-        await memory.close()
-        return
-    target = make_target(request.param, tmp_path, request)
-    yield await target.open()
-    await target.close_all()
 
 
 def shape(turns: list[Turn]) -> list[tuple[int, int, str | None, bool]]:
