@@ -247,7 +247,9 @@ class BufferedSession(AsyncResource):
         stored history (``get_items()``) and by ``commit(expected_version=...)``;
         ``None`` before that, after a commit without ``expected_version`` (other writers
         may have committed in between: read again), or where the backend keeps no
-        versions. See :meth:`commit`."""
+        versions. While a clear is staged, reads do not read stored history, so it stays
+        the version last read: ``commit(expected_version=session.version)`` applies the
+        clear unless another writer committed since. See :meth:`commit`."""
         return self._version
 
     @property
