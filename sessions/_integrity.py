@@ -24,7 +24,14 @@ from dataclasses import replace
 from typing import Any
 
 from ._backend import Backend, Batch
-from ._history import Defect, answered_calls, calls_from, check_history, item_label
+from ._history import (
+    CALL_OUTPUT,
+    Defect,
+    answered_calls,
+    calls_from,
+    check_history,
+    item_label,
+)
 from ._observe import observed_load
 from ._policy import Integrity
 from .errors import InvalidHistoryError
@@ -143,6 +150,34 @@ async def _context(
         fetch *= 4
 
 
+async def _pop_orphans(backend: Backend, session_id: str, added: _Added) -> list[Defect]:
+    """Stored outputs the batches' pops would leave without their call: a call popped
+    while its output stays (another writer stored the output after the pop was staged;
+    one writer pops the output first, it is newer). Reads the stored items from the
+    oldest popped one on; nothing when nothing stored is popped."""
+    if added.cleared or not added.pops:
+        return []
+    first = min(added.pops)
+    fetch = _FIRST_READ + len(added.pops)
+    while True:
+        rows = await observed_load(backend, session_id, fetch)
+        if len(rows) < fetch or rows[0][0] <= first:
+            break
+        fetch *= 4
+    popped = _decode_all([text for key, text in rows if key >= first and key in added.pops])
+    kept = _decode_all([text for key, text in rows if key >= first and key not in added.pops])
+    left = sorted(key for key in answered_calls(kept) if calls_from(popped, [key]) is not None)
+    return [
+        Defect(
+            0,
+            "orphan_output",
+            call_id,
+            f"the pop removes {kind} {call_id!r} while its {CALL_OUTPUT[kind]} stays stored",
+        )
+        for kind, call_id in left
+    ]
+
+
 def _defects(context: list[Any], items: list[Any]) -> list[Defect]:
     base = len(context)
     found = check_history(context + items, finished=False)
@@ -174,11 +209,24 @@ async def judge(
 
     ``"off"``: as given. ``"reject"``: as given if they keep the rules, else
     :class:`~sessions.errors.InvalidHistoryError`. ``"quarantine"``: the offending
-    items moved from each batch's ``items`` to its ``quarantine``.
+    items moved from each batch's ``items`` to its ``quarantine``. In both modes, pops
+    that would leave a stored output without its call raise ``InvalidHistoryError``
+    (a pop cannot be quarantined).
     """
     if mode == "off":
         return list(batches)
     added = _Added(batches)
+    orphans = await _pop_orphans(backend, session_id, added)
+    if orphans:  # in both modes: a pop cannot be quarantined
+        shown = "; ".join(d.message for d in orphans[:5])
+        raise InvalidHistoryError(
+            f"session {session_id!r}: the commit's pops would leave stored history the "
+            f"Responses API refuses: {shown} (stored by another writer after the pop was "
+            "staged). Nothing was applied; the changes are still staged (rollback() and "
+            "read again)",
+            session_id=session_id,
+            defects=tuple(orphans),
+        )
     if not added.items:
         return list(batches)
     context: list[Any] = []

@@ -474,3 +474,45 @@ async def test_a_store_migrated_past_3_without_it_gets_the_quarantine_table_on_o
     await session.add_items([user(), output("function_call_output", "c1")])
     await session.commit()
     assert len(await store.read_quarantine(sid)) == 1
+
+
+@pytest.mark.parametrize("mode", ["reject", "quarantine"])
+async def test_a_staged_pop_of_a_call_whose_output_another_writer_stored_since_is_refused(
+    target: Target, sid: str, mode: str
+) -> None:
+    """Found by the model test (tests/model): the pop was staged while the call was the
+    newest item; another writer then stored its output. Committing the pop would leave
+    that output without its call (the Responses API refuses it): refused in both modes
+    (a pop cannot be quarantined), nothing applied, changes still staged."""
+    store = await target.open(integrity=mode)
+    mine = store.session(sid)
+    await mine.add_items([user("q"), call("function_call", "c1")])
+    await mine.commit()
+    assert (await mine.pop_item())["type"] == "function_call"  # staged
+    other = store.session(sid)
+    await other.add_items([output("function_call_output", "c1"), assistant("answer")])
+    await other.commit()
+    with pytest.raises(InvalidHistoryError, match="'c1' while its function_call_output stays"):
+        await mine.commit()
+    assert mine.has_pending
+    await mine.rollback()
+    stored = await store.session(sid).get_items()
+    assert stored == [
+        user("q"),
+        call("function_call", "c1"),
+        output("function_call_output", "c1"),
+        assistant("answer"),
+    ]
+
+
+async def test_popping_an_output_and_then_its_call_commits(target: Target, sid: str) -> None:
+    store = await target.open(integrity="reject")
+    session = store.session(sid)
+    await session.add_items([user("q"), call("function_call", "c1")])
+    await session.commit()
+    await session.add_items([output("function_call_output", "c1")])
+    await session.commit()
+    for _ in range(2):
+        await session.pop_item()
+    await session.commit()
+    assert await store.session(sid).get_items() == [user("q")]

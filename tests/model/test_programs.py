@@ -45,6 +45,18 @@ PROGRAMS: dict[str, list[Step]] = {
         ("delete_session", {"store": 0, "sid": "a"}),
         ("clear_session", {"index": 1}),
     ],
+    # Found at 80ccfbe by a shrink that slipped while a planted defect was hunted.
+    "a_pop_that_would_leave_another_writers_output_without_its_call_is_refused": [
+        ("transaction", {"index": 0, "units": ["user"], "boom": False, "orphan": False}),
+        ("transaction", {"index": 0, "units": ["user"], "boom": False, "orphan": False}),
+        ("commit", {"index": 0, "how": "plain"}),
+        *[("pop_item", {"index": 0})] * 5,
+        ("export_import", {"dst": "a", "mode": "skip", "src": "a", "store": 0}),
+        ("transaction", {"index": 0, "units": ["user", "open"], "boom": False, "orphan": False}),
+        *[("pop_item", {"index": 0})] * 4,
+        ("add_items", {"index": 5, "units": ["user"]}),
+        ("transaction", {"index": 0, "units": ["user"], "boom": False, "orphan": False}),
+    ],
     "transaction_rolls_back_a_batch_the_commit_refused": [
         ("transaction", {"index": 0, "units": ["user"], "boom": False, "orphan": True}),
         ("commit", {"index": 0, "how": "plain"}),
