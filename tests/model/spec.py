@@ -87,6 +87,9 @@ class ObjectModel:
     rs_seen: int | None = None
     version: Any = None
     life: int | None = None
+    #: The session's history (``history_key``) right after this object's last commit:
+    #: what the integrity judge may take as the end of the history without reading it.
+    seen: str | None = None
 
     def has_pending(self) -> bool:
         return bool(self.clear or self.pops or self.staged or self.info or self.run_state)

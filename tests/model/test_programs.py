@@ -29,6 +29,14 @@ PROGRAMS: dict[str, list[Step]] = {
         ("autocommit_tool_run", {"index": 1}),
         ("fork", {"index": 0, "dst": "f1", "at": "cut"}),
     ],
+    "a_fork_into_a_session_holding_items_is_a_conflict": [
+        ("transaction", {"index": 0, "units": ["user"], "boom": False, "orphan": False}),
+        ("transaction", {"index": 0, "units": ["user"], "boom": False, "orphan": False}),
+        ("transaction", {"index": 2, "units": ["user"], "boom": False, "orphan": False}),
+        ("fork", {"index": 0, "dst": "b", "at": None}),
+        ("fork", {"index": 0, "dst": "f1", "at": 1}),
+        ("fork", {"index": 0, "dst": "f1", "at": None}),
+    ],
     "repeated_fork_into_a_target_that_lost_its_turns_is_a_conflict": [
         ("autocommit_tool_run", {"index": 1}),
         ("fork", {"index": 0, "dst": "f1", "at": None}),

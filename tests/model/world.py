@@ -148,6 +148,19 @@ class World:
         stored = {i.get("call_id") for i in sess.items() if i.get("type") == "function_call"}
         return {d for d in self.new_defects(obj) if d[0] == "missing_output" and d[1] in stored}
 
+    def unjudgeable(self, obj: ObjectModel) -> bool:
+        """Whether the commit's judgement is not said by the docs: docs/history.md, "How
+        a commit is judged", lets a session judge outputs against the end of the history
+        it committed itself without reading it, blind to what another store object
+        wrote since ("integrity is judged against the history as this process last knew
+        it"). So when the session changed since this object's last commit and the commit
+        (popping nothing) would add a defect, it may be refused or stored."""
+        if obj.pops or obj.clear or obj.seen is None:
+            return False
+        if obj.seen == history_key(self.s(obj.sid).turns):
+            return False
+        return bool(self.new_defects(obj) - self.passed_pending_calls(obj))
+
     def passes_pending_call(self, obj: ObjectModel) -> bool:
         """The commit would add items after a stored call still waiting for its output
         (another writer's pending tool call): stored, not judged (docs/history.md)."""
@@ -186,6 +199,7 @@ class World:
             False, [], [], None, {}, None,
         )  # fmt: skip
         obj.rs_seen = None
+        obj.seen = history_key(sess.turns)
 
     def record_usage(self, obj: ObjectModel, usage: Usage) -> Outcome:
         if not obj.staged:
