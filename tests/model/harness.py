@@ -37,13 +37,38 @@ LAYOUT = [(store, sid, auto) for store in (0, 1) for sid in MAIN_IDS for auto in
 LAYOUT.append((0, "f1", False))  # a fork target that is written to after the fork
 
 
+class _Loop:
+    """One event loop for every step of a program (``asyncio.Runner`` is 3.11+)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        return self.loop.run_until_complete(coro)
+
+    def close(self) -> None:
+        loop = self.loop
+        try:
+            pending = asyncio.all_tasks(loop)
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
 class Harness:
     """Stores, objects and the loop of one program on one backend."""
 
     def __init__(self, kind: str, pg_schema: str | None = None) -> None:
         self.kind = kind
         self.pg_schema = pg_schema
-        self.runner = asyncio.Runner()
+        self.runner = _Loop()
         self.prefix = f"m{uuid.uuid4().hex[:10]}-"
         self.tmp = tempfile.TemporaryDirectory(prefix="txs-model-")
         self.memory = MemoryBackend() if kind == "memory" else None
