@@ -65,6 +65,13 @@ PROGRAMS: dict[str, list[Step]] = {
         ("add_items", {"index": 5, "units": ["user"]}),
         ("transaction", {"index": 0, "units": ["user"], "boom": False, "orphan": False}),
     ],
+    # Found by the py3.12 matrix cell: a pop that finds nothing stored still read it.
+    "a_pop_of_an_empty_session_learns_its_life": [
+        ("clear_session", {"index": 3}),
+        ("pop_item", {"index": 6}),
+        ("purge", {"how": "older_than", "store": 0}),
+        ("undo_rewind", {"index": 6}),
+    ],
     "transaction_rolls_back_a_batch_the_commit_refused": [
         ("transaction", {"index": 0, "units": ["user"], "boom": False, "orphan": True}),
         ("commit", {"index": 0, "how": "plain"}),

@@ -72,15 +72,18 @@ class World:
             if not obj.staged:
                 obj.usage = None
             return ok(item)
+        if obj.clear:  # nothing stored to pop: nothing is read
+            return ok(None)
+        self.adopt(obj, sess)  # the pop reads stored items: the life is learned (D4)
         stored = [i for t in stored_view(obj, sess) for i in t.items]
         if not stored:
             return ok(None)
-        self.adopt(obj, sess)  # the pop reads stored items: the life is learned (D4)
         obj.pops.append(stored[-1])
         return ok(stored[-1])
 
     def _autocommit_pop(self, obj: ObjectModel, sess: SessionModel) -> Outcome:
-        self.adopt(obj, sess)  # it reads the item it pops first
+        if not obj.clear and not obj.staged:
+            self.adopt(obj, sess)  # it reads the item it pops first
         items = sess.items()
         if not items:
             return ok(None)
