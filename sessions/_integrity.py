@@ -154,8 +154,10 @@ async def _pop_orphans(backend: Backend, session_id: str, added: _Added) -> list
     """Stored outputs the batches' pops would leave without their call: a call popped
     while its output stays (another writer stored the output after the pop was staged;
     one writer pops the output first, it is newer). Reads the stored items from the
-    oldest popped one on; nothing when nothing stored is popped."""
-    if added.cleared or not added.pops:
+    oldest popped one on; nothing when nothing stored is popped. Not for a backend that
+    is not atomic (the wrapper's keys count from the end of the history and its reads
+    are what its pops are checked against: a read here would move them)."""
+    if added.cleared or not added.pops or not backend.atomic:
         return []
     first = min(added.pops)
     fetch = _FIRST_READ + len(added.pops)
