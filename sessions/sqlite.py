@@ -232,7 +232,7 @@ _SQL_BUMP = (
     "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, :now), "
     "item_count = CASE WHEN :clear THEN :n ELSE item_count - :removed + :n END, "
     "next_seq = next_seq + :n, version = version + 1 "
-    "RETURNING next_seq - :n, version"
+    "RETURNING next_seq - :n, version, incarnation"
 )
 _SQL_RESTORE_TIMES = "UPDATE txs_sessions SET created_at = ?, updated_at = ? WHERE session_id = ?"
 _SQL_LIFE = "SELECT incarnation FROM txs_sessions WHERE session_id = ?"
@@ -267,7 +267,11 @@ def _apply_batches(
 ) -> None:
     """Apply ``batches`` inside the caller's transaction (or savepoint)."""
     for batch in batches:
-        if batch.incarnation is not None:
+        # The life is checked before anything else a batch with conditions does (its
+        # pops, clear or conditions must not be judged against another life); a plain
+        # append checks the life its own upsert returns (a row it created has a new one).
+        early = batch.incarnation is not None and (batch.pops or batch.clear or not batch.plain)
+        if early:
             row = conn.execute(_SQL_LIFE, (session_id,)).fetchone()
             check_life(session_id, batch, None if row is None else row[0])
         if batch.rewind is not None and skips_undo(batch, _any_hidden(conn, session_id)):
@@ -285,7 +289,9 @@ def _apply_batches(
                 raise pops_gone(session_id, len(batch.pops) - removed, len(batch.pops))
         n = len(batch.items)
         bump = {"sid": session_id, "now": now, "n": n, "clear": batch.clear, "removed": removed}
-        base, version = conn.execute(_SQL_BUMP, bump).fetchone()
+        base, version, life = conn.execute(_SQL_BUMP, bump).fetchone()
+        if not early:
+            check_life(session_id, batch, life)
         if batch.restore_times is not None:
             created, updated = batch.restore_times
             conn.execute(_SQL_RESTORE_TIMES, (created.timestamp(), updated.timestamp(), session_id))
