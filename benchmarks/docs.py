@@ -9,7 +9,7 @@ every document that has its markers::
     <!-- /generated:NAME -->
 
 ``python -m benchmarks.docs --check`` changes nothing and exits 1 when a fragment or a
-document is not what the results say (``tests/test_generated_docs.py`` runs the same
+document is not what the results say (``tests/docs/test_generated_docs.py`` runs the same
 check). Full benchmark runs call this at the end.
 """
 

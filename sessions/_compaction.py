@@ -34,7 +34,7 @@ __all__ = ["PAIRING_CHECK", "Ident", "Plan", "Window", "plan_replacement", "read
 #: answers a call that would stay: the pair would be split) refuses the replacement.
 #: :func:`sessions._history.pairing_kept`, the rules of ``docs/history.md``. The SDK
 #: itself never asks to replace an end of history that would split a tool call from its
-#: output (``tests/test_sdk_compaction.py`` checks that it does not); this keeps a
+#: output (``tests/sdk_flows/test_sdk_compaction.py`` checks that it does not); this keeps a
 #: caller of the hooks from doing it.
 PAIRING_CHECK: Callable[[list[Any]], bool] | None = pairing_kept
 

@@ -1,4 +1,4 @@
-"""A child process that runs turns with compaction, for ``tests/test_compaction_crash.py``.
+"""A child process that runs turns with compaction, for ``tests/reliability/test_compaction_crash.py``.
 
     python -m tests.compaction_child KIND URL SID POINT
 

@@ -11,7 +11,7 @@ unless that reason starts with one of the ``ALLOWED`` prefixes below, each with 
 may fire in CI. The allowed ones are listed at the end of the run.
 
 ``tests/conftest.py`` imports the hooks; ``pytest -p tests.skip_policy`` loads them on
-their own (as ``tests/test_skip_policy.py`` does).
+their own (as ``tests/meta/test_skip_policy.py`` does).
 """
 
 from __future__ import annotations

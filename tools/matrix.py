@@ -155,7 +155,7 @@ CELLS: tuple[Cell, ...] = (
             "opentelemetry-api==1.45.0",
             "opentelemetry-sdk==1.45.0",
         ),
-        (*CONTRACT, "tests/test_cli.py"),
+        (*CONTRACT, "tests/cli/test_cli.py"),
         "lowest orjson, asyncpg, typer, rich, opentelemetry: contract suite and CLI tests",
     ),
     Cell(
