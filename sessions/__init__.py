@@ -22,6 +22,7 @@ from ._backend import (
     TurnUsage,
 )
 from ._branching import Branch
+from ._options import StoreOptions
 from ._policy import RetryPolicy
 from ._session import BufferedSession, RunStateRecord
 from ._staging import PendingChanges
@@ -56,6 +57,7 @@ __all__ = [
     "SessionFilter",
     "SessionInfo",
     "Store",
+    "StoreOptions",
     "TransactionalSession",
     "Turn",
     "TurnUsage",

@@ -40,8 +40,9 @@ from ._integrity import judge, tail_after
 from ._locks import CrossLoopLock
 from ._marks import Held
 from ._observe import observed_load, observed_load_versioned
+from ._options import StoreOptions, session_options
 from ._owned import OwnedStores
-from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, validate_integrity
+from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity
 from ._resource import AsyncResource
 from ._sdk import (
     coerce_session_settings,
@@ -59,7 +60,6 @@ from ._validate import (
     validate_bool,
     validate_limit,
     validate_positive_int,
-    validate_seconds,
     validate_session_id,
 )
 from .errors import (
@@ -131,6 +131,8 @@ class BufferedSession(AsyncResource):
 
     ``commit_timeout`` (seconds) bounds how long ``commit()``, an autocommit write or
     ``close()`` may hold its caller, cancelled or not; ``None`` takes the store's.
+    It and ``integrity`` may also come as ``options=StoreOptions(...)`` (a session
+    takes no other setting of it; one given both ways is a ``TypeError``).
 
     ``session_settings`` (an agents ``SessionSettings`` or a dict of its fields) gives
     ``get_items()`` its default ``limit``; it defaults to ``SessionSettings()``.
@@ -159,9 +161,13 @@ class BufferedSession(AsyncResource):
         commit_timeout: float | None = None,
         single_loop: str | None = None,
         integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
         self.session_id: str = validate_session_id(session_id)
-        self._integrity = None if integrity is None else validate_integrity(integrity)
+        settings = session_options(
+            options, type(self).__name__, commit_timeout=commit_timeout, integrity=integrity
+        )
+        self._integrity = settings.integrity
         if (store is None) == (store_factory is None):
             raise TypeError("pass exactly one of store= or store_factory=")
         if single_loop is not None and store_factory is None:
@@ -170,9 +176,7 @@ class BufferedSession(AsyncResource):
         # None: the default, SessionSettings(), made on first use (importing the SDK
         # costs a second or more; a CLI that never touches it should not pay that).
         self._settings: Any = _settings(session_settings)
-        self._commit_timeout = (
-            None if commit_timeout is None else validate_seconds(commit_timeout, "commit_timeout")
-        )
+        self._commit_timeout = settings.commit_timeout
         self._store = store
         self._owned: OwnedStores | None = None
         if store_factory is not None:

@@ -17,8 +17,9 @@ from ._backend import (
     TurnBackend,
     TurnUsage,
 )
-from ._catalogue import session_filter, validate_ttl, validate_user_id
+from ._catalogue import session_filter, validate_user_id
 from ._marks import WriteMarks
+from ._options import StoreOptions, merge_options, session_options
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
     DEFAULT_INTEGRITY,
@@ -27,13 +28,11 @@ from ._policy import (
     RetryPolicy,
     kept_prefixes,
     min_record_age,
-    validate_integrity,
 )
 from ._resource import AsyncResource, Lifecycle
 from ._validate import (
     validate_duration,
     validate_positive_int,
-    validate_seconds,
     validate_session_id,
 )
 from .errors import SessionError, StoreClosedError
@@ -120,6 +119,11 @@ class Store(AsyncResource, Generic[S]):
     time-to-live: :meth:`purge` without ``older_than`` deletes sessions not updated for
     their own TTL (``set_info(ttl=...)``) or, without one, this one.
 
+    ``retry`` (a :class:`~sessions.RetryPolicy`, default ``RetryPolicy()``): how commits
+    retry transient failures. ``None`` for any of the four takes its default; they may
+    also come as ``options=StoreOptions(...)`` (a setting given both ways is a
+    ``TypeError``).
+
     ``session_class`` makes the sessions of :meth:`session`; it is called as
     ``session_class(session_id, store=store, autocommit=..., session_settings=...,
     commit_timeout=...)``, plus ``integrity=...`` when one is given
@@ -133,20 +137,28 @@ class Store(AsyncResource, Generic[S]):
         backend: Backend,
         *,
         retry: RetryPolicy | None = None,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
-        integrity: Integrity = DEFAULT_INTEGRITY,
+        commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
         ttl: timedelta | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
         if not isinstance(backend, Backend):
             raise TypeError(f"backend does not implement sessions Backend: {backend!r}")
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        validate_ttl(ttl)
-        self._ttl = ttl
+        settings = merge_options(
+            options,
+            type(self).__name__,
+            retry=retry,
+            commit_timeout=commit_timeout,
+            ttl=ttl,
+            integrity=integrity,
+        )
+        self._ttl = settings.ttl
         self._backend = backend
-        self._retry = retry or RetryPolicy()
-        self._commit_timeout = validate_seconds(commit_timeout, "commit_timeout")
-        self._integrity = validate_integrity(integrity)
+        self._retry = settings.retry or RetryPolicy()
+        self._commit_timeout = (
+            DEFAULT_COMMIT_TIMEOUT if settings.commit_timeout is None else settings.commit_timeout
+        )
+        self._integrity = DEFAULT_INTEGRITY if settings.integrity is None else settings.integrity
         self._in_flight = 0
         self._drained: asyncio.Event | None = None
         self.write_marks = WriteMarks()
@@ -211,27 +223,30 @@ class Store(AsyncResource, Generic[S]):
         session_settings: Any = None,
         commit_timeout: float | None = None,
         integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> S:
         """A session on this store. Cheap: no I/O until it is used.
 
-        ``integrity=None`` takes the store's."""
+        ``commit_timeout=None`` and ``integrity=None`` take the store's; both may also
+        come as ``options=StoreOptions(...)`` (which may set nothing else)."""
         self._check_open("session")
         validate_session_id(session_id)
-        if integrity is not None:
-            validate_integrity(integrity)
+        settings = session_options(
+            options, "session()", commit_timeout=commit_timeout, integrity=integrity
+        )
         make = getattr(self, "session_class", None)
         if make is None:
             raise SessionError(f"{self._describe()} has no session_class to make sessions with")
-        options: dict[str, Any] = {}
-        if integrity is not None:  # a session_class of before issue 14 need not take it
-            options["integrity"] = integrity
+        extra: dict[str, Any] = {}
+        if settings.integrity is not None:  # a session_class of before issue 14 need not take it
+            extra["integrity"] = settings.integrity
         return make(  # type: ignore[no-any-return]
             session_id,
             store=self,
             autocommit=autocommit,
             session_settings=session_settings,
-            commit_timeout=commit_timeout,
-            **options,
+            commit_timeout=settings.commit_timeout,
+            **extra,
         )
 
     def _describe(self) -> str:

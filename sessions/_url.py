@@ -28,7 +28,8 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ._catalogue import MAX_TTL, validate_ttl_seconds
-from ._policy import INTEGRITY_MODES
+from ._options import StoreOptions
+from ._policy import validate_integrity
 from ._redact import redact
 from ._store import Store
 from .errors import SessionError, StorageError
@@ -173,11 +174,12 @@ def _ttl(value: str, shown: str) -> timedelta:
 
 
 def _integrity(value: str, shown: str) -> str:
-    if value not in INTEGRITY_MODES:
+    try:
+        return validate_integrity(value)
+    except ValueError:
         raise ValueError(
             f"database URL {shown!r}: integrity must be quarantine, reject or off, got {value!r}"
-        )
-    return value
+        ) from None
 
 
 def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
@@ -211,17 +213,24 @@ def _parse_postgres(url: str, shown: str, scheme: str) -> ParsedURL:
     return ParsedURL("postgres", dsn, options, url)
 
 
-async def open_store(url: str, *, create: bool = True, **options: Any) -> Store[Any]:
+async def open_store(
+    url: str, *, create: bool = True, options: StoreOptions | None = None, **settings: Any
+) -> Store[Any]:
     """Open a store from a URL (see the module docstring for the forms).
 
-    ``options`` go to the backend's ``open`` (``SQLiteStore.open`` or
-    ``PostgresStore.open``) and override what the URL says. With ``create=False``
+    ``settings`` (keyword arguments) and ``options`` (a :class:`~sessions.StoreOptions`)
+    go to the backend's ``open`` (``SQLiteStore.open`` or ``PostgresStore.open``) and
+    override what the URL says; a setting given both as a keyword and in ``options``
+    is a ``TypeError`` naming it. With ``create=False``
     nothing is created: a SQLite file that does not exist raises
     :class:`FileNotFoundError`, a PostgreSQL schema without our tables raises
     :class:`~sessions.errors.StorageError`. Errors never show the password.
     """
     parsed = parse_url(url)
-    merged = {**parsed.options, **options}
+    from_url = parsed.options
+    if isinstance(options, StoreOptions):  # what options= sets overrides the URL
+        from_url = {k: v for k, v in from_url.items() if k not in options.given()}
+    merged: dict[str, Any] = {**from_url, **settings, "options": options}
     if parsed.kind == "sqlite":
         from .sqlite import SQLiteStore
 

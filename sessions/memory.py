@@ -37,7 +37,8 @@ from ._backend import (
 from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import check_life, decode_metadata, expired, stored_ttl, version_conflict
 from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
-from ._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
+from ._options import StoreOptions, session_options
+from ._policy import Integrity, RetryPolicy
 from ._session import BufferedSession
 from ._store import Store
 
@@ -472,14 +473,20 @@ class MemoryStore(Store["MemorySession"]):
         backend: MemoryBackend,
         *,
         retry: RetryPolicy | None = None,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        commit_timeout: float | None = None,
         ttl: timedelta | None = None,
-        integrity: Integrity = DEFAULT_INTEGRITY,
+        integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
         if not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
         super().__init__(
-            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+            backend,
+            retry=retry,
+            commit_timeout=commit_timeout,
+            ttl=ttl,
+            integrity=integrity,
+            options=options,
         )
         self.session_class = MemorySession
         self.memory = backend
@@ -490,13 +497,22 @@ class MemoryStore(Store["MemorySession"]):
         backend: MemoryBackend | None = None,
         *,
         retry: RetryPolicy | None = None,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        commit_timeout: float | None = None,
         ttl: timedelta | None = None,
-        integrity: Integrity = DEFAULT_INTEGRITY,
+        integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> MemoryStore:
-        """A store over ``backend`` (a new, empty one when ``None``)."""
+        """A store over ``backend`` (a new, empty one when ``None``); the settings as
+        :class:`~sessions.Store` takes them."""
         shared = MemoryBackend() if backend is None else backend
-        return cls(shared, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity)
+        return cls(
+            shared,
+            retry=retry,
+            commit_timeout=commit_timeout,
+            ttl=ttl,
+            integrity=integrity,
+            options=options,
+        )
 
 
 class MemorySession(BufferedSession):
@@ -517,26 +533,29 @@ class MemorySession(BufferedSession):
         session_settings: Any = None,
         commit_timeout: float | None = None,
         integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
-        options: dict[str, Any] = {
+        settings = session_options(
+            options, "MemorySession", commit_timeout=commit_timeout, integrity=integrity
+        )
+        common: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
-            "commit_timeout": commit_timeout,
-            "integrity": integrity,
+            "options": settings,
         }
         if store is not None:
             if backend is not None:
                 raise TypeError("pass either backend= or store=, not both")
             if not isinstance(store, MemoryStore):
                 raise TypeError(f"store must be a MemoryStore, got {type(store).__name__}")
-            super().__init__(session_id, store=store, **options)
+            super().__init__(session_id, store=store, **common)
             return
         if backend is not None and not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
         shared = MemoryBackend() if backend is None else backend
-        store_timeout = DEFAULT_COMMIT_TIMEOUT if commit_timeout is None else commit_timeout
+        store_timeout = settings.commit_timeout  # None: the store's default
 
         async def factory() -> Store[Any]:
             return MemoryStore(shared, commit_timeout=store_timeout)
 
-        super().__init__(session_id, store_factory=factory, **options)
+        super().__init__(session_id, store_factory=factory, **common)

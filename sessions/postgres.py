@@ -58,23 +58,17 @@ from ._catalogue import (
     deleted_message,
     expired,
     stored_ttl,
-    validate_ttl,
     version_conflict,
 )
 from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
 from ._observe import HOOK
-from ._policy import (
-    DEFAULT_COMMIT_TIMEOUT,
-    DEFAULT_INTEGRITY,
-    Integrity,
-    RetryPolicy,
-    validate_integrity,
-)
+from ._options import StoreOptions, merge_options, session_options
+from ._policy import Integrity, RetryPolicy
 from ._redact import redact
 from ._session import BufferedSession
 from ._shield import Firm
 from ._store import Store
-from ._validate import validate_identifier, validate_positive_int, validate_seconds
+from ._validate import validate_identifier, validate_positive_int
 from .errors import (
     DeletedConflictError,
     StorageError,
@@ -1734,14 +1728,20 @@ class PostgresStore(Store["PostgresSession"]):
         backend: PostgresBackend,
         *,
         retry: RetryPolicy | None = None,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        commit_timeout: float | None = None,
         ttl: timedelta | None = None,
-        integrity: Integrity = DEFAULT_INTEGRITY,
+        integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
         if not isinstance(backend, PostgresBackend):
             raise TypeError(f"backend must be a PostgresBackend, got {type(backend).__name__}")
         super().__init__(
-            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+            backend,
+            retry=retry,
+            commit_timeout=commit_timeout,
+            ttl=ttl,
+            integrity=integrity,
+            options=options,
         )
         self.session_class = PostgresSession
         self.postgres = backend
@@ -1759,9 +1759,10 @@ class PostgresStore(Store["PostgresSession"]):
         command_timeout: float | None = 60.0,
         retry: RetryPolicy | None = None,
         create: bool = True,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        commit_timeout: float | None = None,
         ttl: timedelta | None = None,
-        integrity: Integrity = DEFAULT_INTEGRITY,
+        integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
         **connect_kwargs: Any,
     ) -> PostgresStore:
         """Create a pool on ``dsn``, set up the schema, and return a store owning the pool.
@@ -1774,16 +1775,22 @@ class PostgresStore(Store["PostgresSession"]):
         each statement (seconds); ``commit_timeout`` bounds how long a commit may hold its
         caller. ``ttl``: the store's default idle time-to-live (see
         :meth:`~sessions.Store.purge`). ``integrity``: what commits do with history the
-        Responses API would refuse (``docs/history.md``). Other keyword arguments go to
-        ``asyncpg.create_pool``.
+        Responses API would refuse (``docs/history.md``). ``None``: a setting's default;
+        the four may come as ``options=StoreOptions(...)``. Other keyword arguments go
+        to ``asyncpg.create_pool``.
         """
         if not isinstance(dsn, str) or not dsn:
             raise TypeError(f"dsn must be a non-empty str, got a {type(dsn).__name__}")
         _validate_names(schema, table_prefix)
         _validate_pool_size(min_size, max_size)
-        validate_seconds(commit_timeout, "commit_timeout")
-        validate_ttl(ttl)
-        validate_integrity(integrity)
+        settings = merge_options(
+            options,
+            "PostgresStore.open",
+            retry=retry,
+            commit_timeout=commit_timeout,
+            ttl=ttl,
+            integrity=integrity,
+        )
         kwargs, skipper = _pool_options(connect_kwargs, statement_cache_size)
         pool = await _create_pool(
             dsn, min_size=min_size, max_size=max_size, command_timeout=command_timeout, **kwargs
@@ -1794,9 +1801,7 @@ class PostgresStore(Store["PostgresSession"]):
             )
             backend._reset_skipper = skipper
             await backend.migrate(create=create)
-            store = cls(
-                backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
-            )
+            store = cls(backend, options=settings)
             store.check_usable("open")
         except BaseException:
             pool.terminate()
@@ -1812,24 +1817,29 @@ class PostgresStore(Store["PostgresSession"]):
         table_prefix: str = "txs_",
         retry: RetryPolicy | None = None,
         create: bool = True,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        commit_timeout: float | None = None,
         ttl: timedelta | None = None,
-        integrity: Integrity = DEFAULT_INTEGRITY,
+        integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> PostgresStore:
         """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
 
-        :meth:`close` waits for this store's operations, then leaves the pool open.
+        :meth:`close` waits for this store's operations, then leaves the pool open. The
+        settings are those of :meth:`open`.
         """
         if not isinstance(pool, asyncpg.Pool):
             raise TypeError(f"pool must be an asyncpg.Pool, got {type(pool).__name__}")
-        validate_seconds(commit_timeout, "commit_timeout")
-        validate_ttl(ttl)
-        validate_integrity(integrity)
+        settings = merge_options(
+            options,
+            "PostgresStore.from_pool",
+            retry=retry,
+            commit_timeout=commit_timeout,
+            ttl=ttl,
+            integrity=integrity,
+        )
         backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
         await backend.migrate(create=create)
-        store = cls(
-            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
-        )
+        store = cls(backend, options=settings)
         store.check_usable("from_pool")
         return store
 
@@ -1914,12 +1924,15 @@ class PostgresSession(BufferedSession):
         store: PostgresStore | None = None,
         commit_timeout: float | None = None,
         integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
-        options: dict[str, Any] = {
+        settings = session_options(
+            options, "PostgresSession", commit_timeout=commit_timeout, integrity=integrity
+        )
+        common: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
-            "commit_timeout": commit_timeout,
-            "integrity": integrity,
+            "options": settings,
         }
         if store is not None:
             if not isinstance(store, PostgresStore):
@@ -1931,7 +1944,7 @@ class PostgresSession(BufferedSession):
                     f"PostgresSession: {', '.join(given)} cannot be combined with store= "
                     "(the store already has its database and tables)"
                 )
-            super().__init__(session_id, store=store, **options)
+            super().__init__(session_id, store=store, **common)
             return
         if not isinstance(dsn, str) or not dsn:
             raise TypeError(
@@ -1941,7 +1954,7 @@ class PostgresSession(BufferedSession):
         names = _validate_names(
             "public" if schema is None else schema, "txs_" if table_prefix is None else table_prefix
         )
-        store_timeout = DEFAULT_COMMIT_TIMEOUT if commit_timeout is None else commit_timeout
+        store_timeout = settings.commit_timeout  # None: the store's default
         url = dsn
 
         async def factory() -> Store[Any]:
@@ -1954,4 +1967,4 @@ class PostgresSession(BufferedSession):
                 commit_timeout=store_timeout,
             )
 
-        super().__init__(session_id, store_factory=factory, **options)
+        super().__init__(session_id, store_factory=factory, **common)

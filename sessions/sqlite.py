@@ -43,18 +43,12 @@ from ._catalogue import (
     decode_tags,
     stored_ttl,
     ttl_in_force,
-    validate_ttl,
     version_conflict,
 )
 from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
 from ._observe import HOOK
-from ._policy import (
-    DEFAULT_COMMIT_TIMEOUT,
-    DEFAULT_INTEGRITY,
-    Integrity,
-    RetryPolicy,
-    validate_integrity,
-)
+from ._options import StoreOptions, merge_options, session_options
+from ._policy import Integrity, RetryPolicy
 from ._session import BufferedSession
 from ._shield import Firm
 from ._store import Store
@@ -1078,14 +1072,20 @@ class SQLiteStore(Store["SQLiteSession"]):
         backend: SQLiteBackend,
         *,
         retry: RetryPolicy | None = None,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        commit_timeout: float | None = None,
         ttl: timedelta | None = None,
-        integrity: Integrity = DEFAULT_INTEGRITY,
+        integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
         if not isinstance(backend, SQLiteBackend):
             raise TypeError(f"backend must be a SQLiteBackend, got {type(backend).__name__}")
         super().__init__(
-            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
+            backend,
+            retry=retry,
+            commit_timeout=commit_timeout,
+            ttl=ttl,
+            integrity=integrity,
+            options=options,
         )
         self.session_class = SQLiteSession
         self.sqlite = backend
@@ -1098,9 +1098,10 @@ class SQLiteStore(Store["SQLiteSession"]):
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 5.0,
         retry: RetryPolicy | None = None,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
+        commit_timeout: float | None = None,
         ttl: timedelta | None = None,
-        integrity: Integrity = DEFAULT_INTEGRITY,
+        integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> SQLiteStore:
         """Open (creating if needed) the database at ``path``.
 
@@ -1110,22 +1111,25 @@ class SQLiteStore(Store["SQLiteSession"]):
         ``commit_timeout`` bounds how long a commit may hold its caller (seconds).
         ``ttl``: the store's default idle time-to-live, see :meth:`~sessions.Store.purge`.
         ``integrity``: what commits do with history the Responses API would refuse
-        (``"quarantine"``, ``"reject"`` or ``"off"``; ``docs/history.md``).
+        (``"quarantine"``, ``"reject"`` or ``"off"``; ``docs/history.md``). ``retry``: a
+        :class:`~sessions.RetryPolicy`. ``None`` takes a setting's default; the four may
+        also come as ``options=StoreOptions(...)``.
         """
         db_path = _validate_path(path)
         _validate_synchronous(synchronous)
         validate_seconds(busy_timeout, "busy_timeout", allow_zero=True)
-        validate_seconds(commit_timeout, "commit_timeout")
-        validate_integrity(integrity)
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError(f"retry must be a RetryPolicy, got {type(retry).__name__}")
-        validate_ttl(ttl)
+        settings = merge_options(
+            options,
+            "SQLiteStore.open",
+            retry=retry,
+            commit_timeout=commit_timeout,
+            ttl=ttl,
+            integrity=integrity,
+        )
         backend = await SQLiteBackend.open(
             db_path, synchronous=synchronous, busy_timeout=busy_timeout
         )
-        store = cls(
-            backend, retry=retry, commit_timeout=commit_timeout, ttl=ttl, integrity=integrity
-        )
+        store = cls(backend, options=settings)
         store.check_usable("open")
         return store
 
@@ -1175,12 +1179,15 @@ class SQLiteSession(BufferedSession):
         store: SQLiteStore | None = None,
         commit_timeout: float | None = None,
         integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
-        options: dict[str, Any] = {
+        settings = session_options(
+            options, "SQLiteSession", commit_timeout=commit_timeout, integrity=integrity
+        )
+        common: dict[str, Any] = {
             "autocommit": autocommit,
             "session_settings": session_settings,
-            "commit_timeout": commit_timeout,
-            "integrity": integrity,
+            "options": settings,
         }
         if store is not None:
             if not isinstance(store, SQLiteStore):
@@ -1192,12 +1199,11 @@ class SQLiteSession(BufferedSession):
                     f"SQLiteSession: {' and '.join(given)} cannot be combined with store= "
                     "(the store already has its database and settings)"
                 )
-            super().__init__(session_id, store=store, **options)
+            super().__init__(session_id, store=store, **common)
             return
         path = _validate_path(":memory:" if db_path is None else db_path)
         sync = _validate_synchronous("FULL" if synchronous is None else synchronous)
-
-        store_timeout = DEFAULT_COMMIT_TIMEOUT if commit_timeout is None else commit_timeout
+        store_timeout = settings.commit_timeout  # None: the store's default
 
         async def factory() -> Store[Any]:
             return await SQLiteStore.open(path, synchronous=sync, commit_timeout=store_timeout)
@@ -1205,4 +1211,4 @@ class SQLiteSession(BufferedSession):
         # Each event loop using the session gets a store (connection) of its own on the
         # same file; a private in-memory database cannot be shared that way.
         single = "its private in-memory database" if path == ":memory:" else None
-        super().__init__(session_id, store_factory=factory, single_loop=single, **options)
+        super().__init__(session_id, store_factory=factory, single_loop=single, **common)

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ._backend import Batch, Row
-from ._policy import DEFAULT_COMMIT_TIMEOUT, Integrity, RetryPolicy, validate_integrity
+from ._options import StoreOptions, session_options
+from ._policy import Integrity, RetryPolicy
 from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
 from ._serde import decode_item, encode_item
 from ._session import BufferedSession
@@ -415,7 +416,7 @@ class _InnerBackend:
 class _InnerStore(Store["TransactionalSession"]):
     """The private, single-session store under one :class:`TransactionalSession`."""
 
-    def __init__(self, backend: _InnerBackend, commit_timeout: float) -> None:
+    def __init__(self, backend: _InnerBackend, commit_timeout: float | None) -> None:
         # Nothing the wrapped session raises is known to be safe to repeat: no retries.
         super().__init__(backend, retry=RetryPolicy(attempts=1), commit_timeout=commit_timeout)
 
@@ -439,6 +440,7 @@ class _InnerStore(Store["TransactionalSession"]):
         session_settings: Any = None,
         commit_timeout: float | None = None,
         integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> TransactionalSession:
         raise SessionError(
             "a TransactionalSession's store serves that one session; wrap another "
@@ -464,7 +466,8 @@ class TransactionalSession(BufferedSession):
 
     ``integrity`` (``"reject"`` by default, or ``"off"``): what ``commit()`` does with
     history the Responses API would refuse (``docs/history.md``). ``"quarantine"`` is
-    refused: ``inner`` has no place to keep quarantined items.
+    refused: ``inner`` has no place to keep quarantined items. Both settings may also
+    come as ``options=StoreOptions(...)``; ``None`` takes the default (30 s, ``"reject"``).
 
     ``close()`` closes the wrapper only, never ``inner``: the caller owns it.
     """
@@ -475,10 +478,15 @@ class TransactionalSession(BufferedSession):
         *,
         autocommit: bool = False,
         session_settings: Any = None,
-        commit_timeout: float = DEFAULT_COMMIT_TIMEOUT,
-        integrity: Integrity = "reject",
+        commit_timeout: float | None = None,
+        integrity: Integrity | None = None,
+        options: StoreOptions | None = None,
     ) -> None:
-        if validate_integrity(integrity) == "quarantine":
+        settings = session_options(
+            options, "TransactionalSession", commit_timeout=commit_timeout, integrity=integrity
+        )
+        integrity = "reject" if settings.integrity is None else settings.integrity
+        if integrity == "quarantine":
             raise ValueError(
                 "TransactionalSession(integrity='quarantine'): the wrapped session has no "
                 "place to keep quarantined items; use 'reject' (the default) or 'off', or a "
@@ -492,7 +500,7 @@ class TransactionalSession(BufferedSession):
         self._adapter = _InnerBackend(inner, session_id)
         super().__init__(
             session_id,
-            store=_InnerStore(self._adapter, commit_timeout),
+            store=_InnerStore(self._adapter, settings.commit_timeout),
             autocommit=autocommit,
             session_settings=session_settings,
             integrity=integrity,
