@@ -62,12 +62,16 @@ class State(enum.Enum):
     """Its caller left while it waited: never sent, nothing applied."""
 
 
-_MOVES: dict[State, frozenset[State]] = {
-    State.WAITING: frozenset({State.SENT, State.WITHDRAWN}),
-    State.SENT: frozenset({State.DONE}),
-    State.DONE: frozenset(),
-    State.WITHDRAWN: frozenset(),
-}
+# The members once more, as plain module names: on the hot path (every commit), as
+# reading ``State.SENT`` and hashing a member both run Python code on Python 3.11.
+_WAITING, _SENT, _DONE, _WITHDRAWN = State.WAITING, State.SENT, State.DONE, State.WITHDRAWN
+
+#: Every move an entry may make (``(from, to)``); any other is a bug of ours.
+_MOVES: tuple[tuple[State, State], ...] = (
+    (_WAITING, _SENT),
+    (_WAITING, _WITHDRAWN),
+    (_SENT, _DONE),
+)
 
 
 class Entry:
@@ -78,7 +82,7 @@ class Entry:
     def __init__(self, session_id: str, batches: Sequence[Batch]) -> None:
         self.session_id = session_id
         self.batches = batches
-        self.state = State.WAITING
+        self.state = _WAITING
         self.done: asyncio.Future[Outcome] | None = None  # set while it waits in the queue
         self.task: asyncio.Future[None] | None = None  # the backend's send, if it has one
         self.alone = True  # the only entry of its group: its outcome is its own
@@ -87,7 +91,7 @@ class Entry:
         return sum(len(batch.items) for batch in self.batches)
 
     def move(self, to: State) -> None:
-        if to not in _MOVES[self.state]:
+        if (self.state, to) not in _MOVES:
             raise RuntimeError(f"group commit: an entry cannot go from {self.state} to {to}")
         self.state = to
 
@@ -167,14 +171,14 @@ class Scheduler:
         waits and a send is free); if so it is SENT and the send started."""
         if self.pending or not self.free():
             return False
-        entry.move(State.SENT)
+        entry.move(_SENT)
         entry.alone = True
         self.start(1)
         return True
 
     def finish_alone(self, entry: Entry) -> None:
         """The send :meth:`goes_alone` started has ended (its outcome is the caller's)."""
-        entry.move(State.DONE)
+        entry.move(_DONE)
         self.finish(1)
 
     def wait(self, entry: Entry, done: asyncio.Future[Outcome]) -> None:
@@ -185,10 +189,10 @@ class Scheduler:
     def withdraw(self, entry: Entry) -> bool:
         """Take ``entry`` out of the queue if it still waits (then nothing of it was
         sent); ``False`` if it already left."""
-        if entry.state is not State.WAITING:
+        if entry.state is not _WAITING:
             return False
         self.pending.remove(entry)
-        entry.move(State.WITHDRAWN)
+        entry.move(_WITHDRAWN)
         return True
 
     def take(self) -> list[Entry]:
@@ -209,7 +213,7 @@ class Scheduler:
             group.append(self.pending.popleft())
         alone = len(group) == 1
         for entry in group:
-            entry.move(State.SENT)
+            entry.move(_SENT)
             entry.alone = alone
         return group
 
@@ -217,10 +221,10 @@ class Scheduler:
         """Hand each entry of ``group`` its outcome (a shared error as a copy of its own);
         an entry whose caller has gone (``done`` cancelled) is skipped."""
         for entry, outcome in zip(group, outcomes, strict=True):
-            entry.move(State.DONE)
+            entry.move(_DONE)
             done = entry.done
             if done is not None and not done.done():
-                done.set_result(outcome if entry.alone else for_entry(outcome))
+                done.set_result(outcome if entry.alone or outcome is None else for_entry(outcome))
 
     # ------------------------------------------------------------------ applying
 
