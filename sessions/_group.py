@@ -2,10 +2,11 @@
 
 A backend hands each ``apply`` call of the group path to a :class:`Scheduler` as an
 :class:`Entry`. The scheduler queues the entries, cuts the queue into groups (arrival
-order, within the backend's :class:`Bounds`), runs the backend's *apply* callable on a
-group (one transaction; it returns one outcome per entry, ``None`` for applied or the
-exception that rolled that entry back alone, and raises only if nothing of the group
-was applied), and hands each entry its own outcome. It does no I/O of its own.
+order, within the backend's :class:`Bounds`) and hands each entry its own outcome;
+:func:`outcomes_of` (:func:`outcomes_of_async`) runs the backend's *apply* callable on
+a group: one transaction, one outcome per entry (``None`` for applied, or the
+exception that rolled that entry back alone), an exception raised only if nothing of
+the group was applied (then every entry gets it). Nothing here does I/O.
 
 One entry moves through named states (:class:`State`), every move checked against
 ``_MOVES``, the one table of them::
@@ -14,7 +15,7 @@ One entry moves through named states (:class:`State`), every move checked agains
        │ └──goes_alone(): nothing waits, a send is free ─▲
        └──withdraw(): its caller left, nothing was sent──▶ WITHDRAWN
 
-A *send* is a group's departure the backend has under way; at most ``sends`` at once.
+A *send* is a group's departure the backend has under way; at most ``limit`` at once.
 What each backend keeps, because it cannot be shared:
 
 * **When a group leaves, and where the callable runs.** PostgreSQL applies a group on
