@@ -28,7 +28,6 @@ may start at once.
 from __future__ import annotations
 
 import asyncio
-import collections
 import hashlib
 import logging
 import time
@@ -61,6 +60,7 @@ from ._catalogue import (
     version_conflict,
 )
 from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
+from ._group import Bounds, Entry, GroupCommitStats, Outcome, Scheduler, outcomes_of_async
 from ._observe import HOOK
 from ._options import StoreOptions, merge_options, session_options
 from ._policy import Integrity, RetryPolicy
@@ -689,20 +689,6 @@ def _classify(exc: BaseException, operation: str, phase: _Phase) -> StorageError
     return None
 
 
-@dataclass(frozen=True)
-class GroupCommitStats:
-    """What a backend's group commit has done since the store opened."""
-
-    transactions: int
-    """Append transactions sent (one round trip and one WAL flush each)."""
-    commits: int
-    """``apply`` calls those transactions carried."""
-    largest: int
-    """The most commits one transaction carried."""
-    isolated: int
-    """Groups whose shared statement failed and were applied again entry by entry."""
-
-
 # How many append sends may be in flight at once (at most the pool's size); commits
 # arriving meanwhile wait and leave together in the next one. Fewer sends mean larger
 # groups (fewer statements and WAL flushes), more mean less waiting. Two keep the server
@@ -722,27 +708,14 @@ _GROUP_MAX_COMMITS = 256
 _GROUP_SPLIT_MIN = 16
 _GROUP_MAX_ITEMS = 8192
 
-_Outcome = BaseException | None
+_BOUNDS = Bounds(commits=_GROUP_MAX_COMMITS, items=_GROUP_MAX_ITEMS, split_min=_GROUP_SPLIT_MIN)
+
+_Entry = Entry
 
 
-class _Entry:
-    """One ``apply`` call of append-only batches, waiting for (or in) a send."""
-
-    __slots__ = ("alone", "batches", "done", "session_id", "task")
-
-    def __init__(self, session_id: str, batches: Sequence[Batch]) -> None:
-        self.session_id = session_id
-        self.batches = batches
-        self.done: asyncio.Future[_Outcome] | None = None
-        self.task: asyncio.Future[None] | None = None
-        self.alone = True
-
-    def items(self) -> int:
-        return sum(len(batch.items) for batch in self.batches)
-
-
-class _Grouper:
-    """Append-only commits waiting to share one statement (group commit).
+class _Grouper(Scheduler):
+    """Append-only commits waiting to share one statement (group commit,
+    :mod:`sessions._group`).
 
     At most ``limit`` sends are in flight at once. A commit that finds a send free and
     nobody waiting goes at once, alone, in its caller's task: a lone commit costs what
@@ -752,68 +725,11 @@ class _Grouper:
     flight (``_GROUP_SPLIT_MIN``).
     """
 
-    __slots__ = (
-        "commits",
-        "in_flight",
-        "isolated",
-        "largest",
-        "limit",
-        "pending",
-        "sending",
-        "tasks",
-        "transactions",
-    )
+    __slots__ = ("tasks",)
 
     def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.sending = 0
-        self.in_flight = 0  # commits in the sends in flight
-        self.pending: collections.deque[_Entry] = collections.deque()
-        self.tasks: set[asyncio.Future[None]] = set()
-        self.transactions = 0
-        self.commits = 0
-        self.largest = 0
-        self.isolated = 0
-
-    def free(self) -> bool:
-        return self.sending < self.limit
-
-    def start(self, commits: int) -> None:
-        """A send of ``commits`` commits leaves."""
-        self.sending += 1
-        self.in_flight += commits
-
-    def finish(self, commits: int) -> None:
-        """A send of ``commits`` commits has its outcome."""
-        self.sending -= 1
-        self.in_flight -= commits
-
-    def take(self) -> list[_Entry]:
-        """The next group: waiting commits in arrival order, within the bounds (and
-        within this send's share of the commits waiting and in flight, see
-        ``_GROUP_SPLIT_MIN``)."""
-        group: list[_Entry] = []
-        items = 0
-        share = -(-(len(self.pending) + self.in_flight) // self.limit)  # rounded up
-        most = min(_GROUP_MAX_COMMITS, max(_GROUP_SPLIT_MIN, share))
-        while self.pending and len(group) < most:
-            size = self.pending[0].items()
-            if group and items + size > _GROUP_MAX_ITEMS:
-                break
-            group.append(self.pending.popleft())
-            items += size
-        alone = len(group) == 1
-        for entry in group:
-            entry.alone = alone
-        return group
-
-    def count(self, group: Sequence[_Entry]) -> None:
-        self.transactions += 1
-        self.commits += len(group)
-        self.largest = max(self.largest, len(group))
-
-    def stats(self) -> GroupCommitStats:
-        return GroupCommitStats(self.transactions, self.commits, self.largest, self.isolated)
+        super().__init__(limit, _BOUNDS)
+        self.tasks: set[asyncio.Future[None]] = set()  # the sends under way
 
 
 def _turn_args(batch: Batch) -> tuple[Any, ...]:
@@ -845,21 +761,6 @@ def _group_args(group: Sequence[_Entry]) -> list[tuple[Any, ...]]:
         for entry in ordered
         for batch in entry.batches
     ]
-
-
-def _for_entry(outcome: _Outcome) -> _Outcome:
-    """A fresh copy of a group's shared error, so that each caller raises its own."""
-    copy: Exception
-    if isinstance(outcome, TransientStorageError):
-        copy = TransientStorageError(str(outcome), outcome_known=outcome.outcome_known)
-    elif isinstance(outcome, StoreClosedError):
-        copy = StoreClosedError(str(outcome))
-    elif type(outcome) is StorageError:
-        copy = StorageError(str(outcome))
-    else:
-        return outcome
-    copy.__cause__ = outcome.__cause__
-    return copy
 
 
 async def _hold(task: asyncio.Future[None]) -> None:
@@ -1055,37 +956,34 @@ class PostgresBackend:
 
     async def _append(self, entry: _Entry) -> None:
         grouper = self._grouper
-        if not grouper.pending and grouper.free():
+        if grouper.goes_alone(entry):
             # Nothing to share a statement with: send it now, in this task.
-            grouper.start(1)
             try:
                 outcomes = await self._run(
                     "commit", lambda conn, phase: self._send(conn, phase, [entry])
                 )
             finally:
-                grouper.finish(1)
+                grouper.finish_alone(entry)
                 self._kick()
             outcome = outcomes[0]
         else:
-            entry.done = Firm(loop=asyncio.get_running_loop())
             self._inflight += 1  # settled by the send that takes it (or when withdrawn)
-            grouper.pending.append(entry)
+            grouper.wait(entry, Firm(loop=asyncio.get_running_loop()))
             self._kick()
             outcome = await self._wait(entry)
         if outcome is not None:
             raise outcome
 
-    async def _wait(self, entry: _Entry) -> _Outcome:
+    async def _wait(self, entry: _Entry) -> Outcome:
         assert entry.done is not None
         try:
             # Not shielded: a cancellation cancels ``done``, which the send then skips.
             return await entry.done
         except asyncio.CancelledError:
-            if entry.task is None:  # still waiting: withdraw it, nothing was sent
-                self._grouper.pending.remove(entry)
+            if self._grouper.withdraw(entry):  # still waiting: nothing was sent
                 self._settled(1)
-            elif entry.alone:  # its own send: cancel it, as if run in this task
-                entry.task.cancel()
+            elif entry.alone and entry.task is not None:  # its own send: cancel it,
+                entry.task.cancel()  # as if run in this task
                 await _hold(entry.task)
             raise
 
@@ -1104,22 +1002,19 @@ class PostgresBackend:
     async def _flush(self, group: list[_Entry]) -> None:
         """A background send of a group; each entry's outcome goes to its caller."""
         try:
-            try:
-                outcomes = await self._on_connection(
+            outcomes = await outcomes_of_async(
+                group,
+                lambda group: self._on_connection(
                     "commit", lambda conn, phase: self._send(conn, phase, group)
-                )
-            except BaseException as exc:  # noqa: BLE001 - every caller gets its outcome
-                outcomes = [exc] * len(group)
-            for entry, outcome in zip(group, outcomes, strict=True):
-                assert entry.done is not None
-                if not entry.done.done():
-                    entry.done.set_result(outcome if entry.alone else _for_entry(outcome))
+                ),
+            )
+            self._grouper.settle(group, outcomes)
         finally:
             self._grouper.finish(len(group))
             self._settled(len(group))
             self._kick()
 
-    async def _send(self, conn: Any, phase: _Phase, group: list[_Entry]) -> list[_Outcome]:
+    async def _send(self, conn: Any, phase: _Phase, group: Sequence[_Entry]) -> list[Outcome]:
         """Every batch of the group in one round trip and one transaction.
 
         One batch: one autocommit statement. More: asyncpg's ``executemany`` pipelines
@@ -1146,9 +1041,9 @@ class PostgresBackend:
             return await self._isolate(conn, phase, group)
         return [None] * len(group)
 
-    async def _isolate(self, conn: Any, phase: _Phase, group: list[_Entry]) -> list[_Outcome]:
+    async def _isolate(self, conn: Any, phase: _Phase, group: Sequence[_Entry]) -> list[Outcome]:
         self._grouper.isolated += 1
-        outcomes: list[_Outcome] = []
+        outcomes: list[Outcome] = []
         await conn.execute("BEGIN")
         for entry in group:
             await conn.execute("SAVEPOINT txs_entry")

@@ -46,6 +46,7 @@ from ._catalogue import (
     version_conflict,
 )
 from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
+from ._group import Entry, Outcome, Scheduler, outcomes_of
 from ._observe import HOOK
 from ._options import StoreOptions, merge_options, session_options
 from ._policy import Integrity, RetryPolicy
@@ -471,71 +472,93 @@ def _apply(conn: sqlite3.Connection, session_id: str, batches: Sequence[Batch]) 
         raise
 
 
-_Outcome = list[BaseException | None]
-
-
 class _Group:
-    """Commits of several sessions that share one transaction (group commit).
+    """SQLite's part of group commit (:mod:`sessions._group` says why it is not shared):
+    the job that takes the commits waiting to the worker thread.
 
-    The first commit to arrive while none is waiting for the worker thread opens a
-    group and queues it; commits arriving before the worker starts on it join it.
-    The worker closes the group (nobody can join any more) and applies every entry in
-    one ``BEGIN IMMEDIATE ... COMMIT``, each in a savepoint of its own, so a failing
-    entry is rolled back alone while the others are applied. One fsync and one
-    thread hop then serve every session that committed meanwhile.
+    The first commit to arrive while no such job is queued queues one; commits
+    arriving before the worker gets to it wait with it. The worker takes every commit
+    waiting then (nobody can join any more) and applies them in one
+    ``BEGIN IMMEDIATE ... COMMIT``, each in a savepoint of its own, so a failing entry
+    is rolled back alone while the others are applied. One fsync and one thread hop
+    then serve every session that committed meanwhile.
     """
 
-    __slots__ = ("closed", "entries", "lock", "loop", "waiters")
+    __slots__ = ("lock", "scheduler", "system")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, entry: tuple[str, Sequence[Batch]]) -> None:
-        self.loop = loop
-        self.entries = [entry]
-        # One future per entry, each its caller's own: cancelling one caller cancels
-        # nothing of the others' (no asyncio.shield, one turn of the loop fewer).
-        self.waiters: list[asyncio.Future[_Outcome | BaseException]] = [Firm(loop=loop)]
-        self.closed = False
-        self.lock = threading.Lock()
+    def __init__(self, system: str) -> None:
+        # One job at a time is queued; its "send" ends when the worker takes the group.
+        self.scheduler = Scheduler(1)
+        self.lock = threading.Lock()  # the worker thread takes while event loops queue
+        self.system = system
 
-    def join(self, entry: tuple[str, Sequence[Batch]]) -> int | None:
-        """Add ``entry``; its index, or ``None`` if the worker already took the group."""
-        waiter: asyncio.Future[_Outcome | BaseException] = Firm(loop=self.loop)
+    def queue(
+        self, entry: Entry, done: asyncio.Future[Outcome], submit: Callable[[], None]
+    ) -> None:
+        """Queue ``entry`` (``done`` gets its outcome), queuing this job if none is."""
         with self.lock:
-            if self.closed:
-                return None
-            self.entries.append(entry)
-            self.waiters.append(waiter)
-            return len(self.entries) - 1
+            scheduler = self.scheduler
+            scheduler.wait(entry, done)
+            if not scheduler.free():
+                return  # the job queued will take it
+            scheduler.start(0)
+            try:
+                submit()
+            except BaseException:
+                scheduler.withdraw(entry)
+                scheduler.finish(0)
+                raise
 
-    def take(self) -> list[tuple[str, Sequence[Batch]]]:
+    def take(self) -> list[Entry]:
         with self.lock:
-            self.closed = True
-            entries, self.entries = self.entries, []
-            return entries
+            group = self.scheduler.take()
+            self.scheduler.finish(0)
+            return group
 
     def run(self, conn: sqlite3.Connection) -> None:
-        """On the worker thread: apply the group, then hand the outcome to the loop."""
-        outcome: _Outcome | BaseException
-        try:
-            outcome = _apply_group(conn, self.take())
-        except BaseException as exc:  # noqa: BLE001 - handed to every waiter
-            outcome = exc
-        self._deliver(outcome)
+        """On the worker thread: apply the group, then hand the outcomes to the loops."""
+        group = self.take()
+        if not group:
+            return
+        carried = 0  # commits of a transaction that ran (the observer counts those)
+
+        def apply(entries: Sequence[Entry]) -> list[Outcome]:
+            nonlocal carried
+            outcomes = _apply_group(conn, [(e.session_id, e.batches) for e in entries])
+            carried = len(entries)
+            return outcomes
+
+        self.scheduler.count(group)
+        self._deliver(group, outcomes_of(group, apply), carried)
 
     def fail(self, error: BaseException) -> None:
-        """The worker stopped before running the group: nothing of it was applied."""
-        self.take()
-        self._deliver(error)
+        """The worker stopped before running the job: nothing of it was applied."""
+        group = self.take()
+        self._deliver(group, [error] * len(group), 0)
 
-    def _deliver(self, outcome: _Outcome | BaseException) -> None:
-        call_in_loop(self.loop, self._complete, outcome)
+    def _deliver(self, group: list[Entry], outcomes: list[Outcome], carried: int) -> None:
+        """One hop to each event loop the group's callers wait in (usually one)."""
+        loops: dict[asyncio.AbstractEventLoop, tuple[list[Entry], list[Outcome]]] = {}
+        for entry, outcome in zip(group, outcomes, strict=True):
+            assert entry.done is not None
+            mine = loops.setdefault(entry.done.get_loop(), ([], []))
+            mine[0].append(entry)
+            mine[1].append(outcome)
+        for loop, (entries, results) in loops.items():
+            call_in_loop(loop, self._complete, entries, results, carried)
+            carried = 0  # counted once
 
-    def _complete(self, outcome: _Outcome | BaseException) -> None:
-        for waiter in self.waiters:
-            if not waiter.done():  # else its caller was cancelled (it asks by batch id)
-                waiter.set_result(outcome)
+    def _complete(self, entries: list[Entry], outcomes: list[Outcome], carried: int) -> None:
+        if carried:
+            observer = HOOK.observer
+            if observer is not None:
+                observer.group(self.system, carried)
+        self.scheduler.settle(entries, outcomes)
 
 
-def _apply_group(conn: sqlite3.Connection, entries: list[tuple[str, Sequence[Batch]]]) -> _Outcome:
+def _apply_group(
+    conn: sqlite3.Connection, entries: list[tuple[str, Sequence[Batch]]]
+) -> list[Outcome]:
     """Per entry ``None`` (applied) or the exception that rolled it back.
 
     An exception raised out of here means nothing of the group was applied.
@@ -546,7 +569,7 @@ def _apply_group(conn: sqlite3.Connection, entries: list[tuple[str, Sequence[Bat
         except Exception as exc:  # noqa: BLE001 - returned to its waiter
             return [exc]
         return [None]
-    outcome: _Outcome = []
+    outcome: list[Outcome] = []
     conn.execute("BEGIN IMMEDIATE")
     # The time is read once the write lock is held: a commit another process made while
     # this one waited for it never carries a later time than ours (updated_at only grows).
@@ -807,7 +830,7 @@ class SQLiteBackend:
 
     def __init__(self, worker: Worker, path: str) -> None:
         self._worker = worker
-        self._group: _Group | None = None
+        self._group = _Group(self.system)
         self._closed = False
         self.path = path
 
@@ -857,25 +880,19 @@ class SQLiteBackend:
     async def apply(self, session_id: str, batches: Sequence[Batch]) -> None:
         if self._closed:  # never queue work for a stopped worker
             raise StoreClosedError(f"SQLite store {self.path!r} is closed")
-        entry = (session_id, batches)
-        loop = asyncio.get_running_loop()
-        group = self._group
-        index = group.join(entry) if group is not None and group.loop is loop else None
-        if group is None or index is None:
-            group = self._group = _Group(loop, entry)
-            index = 0
-            self._worker.submit(group)
-        outcome = await group.waiters[index]
-        if index == 0 and not isinstance(outcome, BaseException):
-            observer = HOOK.observer
-            if observer is not None:
-                observer.group(self.system, len(outcome))
-        error = outcome if isinstance(outcome, BaseException) else outcome[index]
+        # A future of the caller's own: cancelling one caller cancels nothing of the
+        # others' (no asyncio.shield, one turn of the loop fewer).
+        done: asyncio.Future[Outcome] = Firm(loop=asyncio.get_running_loop())
+        self._group.queue(Entry(session_id, batches), done, self._submit)
+        error = await done
         if error is None:
             return
         if isinstance(error, sqlite3.Error):
             raise _classify(error, "commit") from error
         raise error
+
+    def _submit(self) -> None:
+        self._worker.submit(self._group)
 
     async def applied(self, session_id: str, batch_ids: Sequence[str]) -> set[str]:
         if not batch_ids:
