@@ -48,6 +48,7 @@ __all__ = [
     "run_state_moved",
     "tail_moved",
     "undo_blocked",
+    "undoes",
 ]
 
 
@@ -60,6 +61,12 @@ def needs_snapshot(batch: Batch) -> bool:
     :func:`sessions._catalogue.check_life` (a row it created has a new life).
     """
     return bool(batch.pops) or not batch.plain
+
+
+def undoes(batch: Batch) -> bool:
+    """Whether ``batch`` undoes the newest rewind (:class:`~sessions.RewindChange`
+    ``(None)``): the backend then reads :attr:`Snapshot.after_hidden`."""
+    return batch.rewind is not None and batch.rewind.hide_after is None
 
 
 def key_limit(batch: Batch) -> int:
@@ -121,8 +128,7 @@ def decide(session_id: str, batch: Batch, snapshot: Snapshot) -> Plan | None:
     if snapshot.applied:
         return None  # applied by an earlier attempt
     check_life(session_id, batch, snapshot.life)
-    undo = batch.rewind is not None and batch.rewind.hide_after is None
-    if undo and snapshot.newest_rewind is None:
+    if undoes(batch) and snapshot.newest_rewind is None:
         return None  # nothing to undo: nothing written, not recorded
     _check_items(session_id, batch, snapshot)
     run_state_version = None

@@ -59,7 +59,7 @@ from ._catalogue import (
     stored_ttl,
     validate_ttl,
 )
-from ._decide import Plan, Snapshot, decide, key_limit, needs_snapshot
+from ._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -1220,7 +1220,6 @@ class PostgresBackend:
         """What :func:`~sessions._decide.decide` needs for ``batch``, read in this
         transaction (which holds the session row lock; ``life``: the session's life the
         lock found, ``None`` if it made the row)."""
-        undo = batch.rewind is not None and batch.rewind.hide_after is None
         row = await conn.fetchrow(
             self._extra_sql.snapshot,
             session_id,
@@ -1228,7 +1227,7 @@ class PostgresBackend:
             list(batch.pops),
             batch.tail,
             key_limit(batch),
-            undo,
+            undoes(batch),
             batch.run_state is not None,
             batch.branch is not None,
         )

@@ -44,7 +44,7 @@ from ._catalogue import (
     ttl_in_force,
     validate_ttl,
 )
-from ._decide import Plan, Snapshot, decide, key_limit, needs_snapshot
+from ._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from ._observe import HOOK
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
@@ -325,7 +325,7 @@ def _snapshot(conn: sqlite3.Connection, session_id: str, batch: Batch) -> Snapsh
 
     (newest,) = conn.execute(_SQL_REWIND_NO, {"s": session_id}).fetchone()
     after_hidden: tuple[int, ...] = ()
-    if newest is not None and batch.rewind is not None and batch.rewind.hide_after is None:
+    if newest is not None and undoes(batch):
         (first,) = conn.execute(_SQL_FIRST_HIDDEN, (session_id, newest)).fetchone()
         after_hidden = keys_after(first)
     run_state = None

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sessions._backend import Batch, BranchRecord, RewindChange, RunStateChange
-from sessions._decide import Plan, Snapshot, decide, key_limit, needs_snapshot
+from sessions._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from sessions.errors import ConflictError, DeletedConflictError, VersionConflictError
 
 SID = "s1"
@@ -172,3 +172,10 @@ def test_an_undo_is_blocked_by_items_stored_after_the_hidden_ones() -> None:
 def test_an_undo_with_a_clear_brings_nothing_back() -> None:
     cleared = Snapshot(newest_rewind=2, after_hidden=(9,))
     assert decide(SID, batch(rewind=UNDO, clear=True), cleared) == Plan(1)
+
+
+def test_undoes_names_an_undo_only() -> None:
+
+    assert undoes(batch(rewind=UNDO))
+    assert not undoes(batch(rewind=RewindChange(0)))
+    assert not undoes(batch())
