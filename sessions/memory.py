@@ -7,8 +7,9 @@ with). Nothing is written anywhere: the history lives as long as the
 :class:`MemoryBackend` object.
 
 ``apply`` builds the new state of a session on copies and swaps it in only when every
-batch went through, so a failing batch leaves nothing behind; batch ids are remembered
-per session, so a retried batch is skipped. Each call yields to the event loop once, as
+batch went through, so a failing batch leaves nothing behind; each batch is judged by the
+core's :func:`sessions._decide.decide`, like every backend's, from a snapshot of the
+copies (batch ids are remembered per session, so a retried batch is skipped). Each call yields to the event loop once, as
 a real driver would, so code under test meets the same interleavings; the state itself
 changes without suspending, so no cancellation can tear it. One event loop at a time:
 like the other backends, it is not thread-safe.

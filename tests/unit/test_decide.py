@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from sessions import MemoryBackend
 from sessions._backend import Batch, BranchRecord, RewindChange, RunStateChange
 from sessions._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from sessions.errors import ConflictError, DeletedConflictError, VersionConflictError
@@ -179,3 +180,18 @@ def test_undoes_names_an_undo_only() -> None:
     assert undoes(batch(rewind=UNDO))
     assert not undoes(batch(rewind=RewindChange(0)))
     assert not undoes(batch())
+
+
+async def test_the_memory_backend_ignores_the_pops_of_a_batch_that_clears() -> None:
+    backend = MemoryBackend()
+    await backend.apply(SID, [batch(items=('"a"',))])
+    await backend.apply(SID, [batch(batch_id="b2", clear=True, pops=(1,), items=('"b"',))])
+    assert await backend.load(SID, None) == [(2, '"b"')]
+
+
+async def test_the_memory_backend_refuses_a_batch_popping_one_key_twice() -> None:
+    backend = MemoryBackend()
+    await backend.apply(SID, [batch(items=('"a"', '"b"'))])
+    with pytest.raises(ConflictError, match="1 of 2 popped"):
+        await backend.apply(SID, [batch(batch_id="b2", pops=(1, 1))])
+    assert await backend.load(SID, None) == [(1, '"a"'), (2, '"b"')]
