@@ -156,8 +156,10 @@ class RewindChange:
     records come back with their keys, unless an item is stored with a greater key than
     the first of them (a turn committed since), which is a
     :class:`~sessions.errors.ConflictError`. An undo with nothing hidden is skipped whole
-    (:func:`sessions._branchrules.skips_undo`, asked inside the transaction before the
-    batch is recorded): no batch record, version, ``updated_at`` or session row.
+    (:func:`sessions._decide.decide` returns no plan, from what the backend read inside
+    the transaction before the batch is recorded): no batch record, version,
+    ``updated_at`` or session row. An undo with items of its own is always blocked
+    (they are stored after the hidden ones).
     """
 
     hide_after: int | None
@@ -188,6 +190,13 @@ class Batch:
     ``pops`` deletes exactly these rows (all must still exist, otherwise the backend
     raises :class:`~sessions.errors.ConflictError`); then ``items`` are appended,
     contiguous and in order, after every item already stored.
+
+    What a batch means is decided once, for every backend, by
+    :func:`sessions._decide.decide`: a backend reads the facts a batch's conditions need
+    inside its transaction (a :class:`~sessions._decide.Snapshot`), and writes the plan
+    it returns or lets the conflict it raises roll the transaction back. When several
+    conditions fail, the first in this order is raised: the session's life, pops,
+    ``expect_version``, ``tail``, the run state's version, the fork target, a blocked undo.
 
     ``restore_times`` (restores only: ``sessions import``) is ``(created_at,
     updated_at)``: when the batch is applied, the session's metadata takes these
@@ -231,8 +240,8 @@ class Batch:
     ``branch``: a :class:`BranchRecord` (forks only), written with the batch by
     backends implementing :class:`BranchBackend`; a batch with one is not :attr:`plain`.
     Before writing it, the backend reads whether the session holds items of another
-    batch, hidden items, or a fork record, and raises what
-    :func:`sessions._branchrules.fork_target_conflict` returns (nothing applied).
+    batch, hidden items, or a fork record; :func:`sessions._decide.decide` refuses a
+    target that is not fresh (nothing applied).
 
     ``rewind``: a :class:`RewindChange` (rewinds only, given only to backends
     implementing :class:`BranchBackend`), applied after the ``tail`` condition; a batch

@@ -11,7 +11,7 @@ copied history, each turn's position and its items, so running the same fork aga
 applies nothing, and two different forks never share a batch id. Atomic: the first
 batch carries the fork record (:attr:`sessions.Batch.branch`); the backend checks,
 in the transaction that writes it, that the target is fresh
-(:func:`sessions._branchrules.fork_target_conflict`: no items, no hidden turns, no
+(:func:`sessions._decide.decide`: no items, no hidden turns, no
 fork record), else :class:`~sessions.errors.CommitConflictError` and nothing applied.
 Running the same fork again returns its turn count only while the target still holds
 those turns (checked by reading them); otherwise it is refused the same way.

@@ -7,8 +7,9 @@ with). Nothing is written anywhere: the history lives as long as the
 :class:`MemoryBackend` object.
 
 ``apply`` builds the new state of a session on copies and swaps it in only when every
-batch went through, so a failing batch leaves nothing behind; batch ids are remembered
-per session, so a retried batch is skipped. Each call yields to the event loop once, as
+batch went through, so a failing batch leaves nothing behind; each batch is judged by the
+core's :func:`sessions._decide.decide`, like every backend's, from a snapshot of the
+copies (batch ids are remembered per session, so a retried batch is skipped). Each call yields to the event loop once, as
 a real driver would, so code under test meets the same interleavings; the state itself
 changes without suspending, so no cancellation can tear it. One event loop at a time:
 like the other backends, it is not thread-safe.
@@ -34,9 +35,8 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
-from ._branchrules import fork_target_conflict, skips_undo
-from ._catalogue import check_life, decode_metadata, expired, stored_ttl, version_conflict
-from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
+from ._catalogue import decode_metadata, expired, stored_ttl
+from ._decide import Plan, Snapshot, decide, key_limit
 from ._options import StoreOptions, session_options
 from ._policy import Integrity, RetryPolicy
 from ._session import BufferedSession
@@ -103,30 +103,81 @@ class _Hidden:
         return _Hidden(dict(self.rows), list(self.turns))
 
 
-def _rewind(
-    rows: dict[int, str], turns: list[TurnRow], hidden: _Hidden, batch: Batch, session_id: str
-) -> None:
-    """Apply ``batch.rewind`` to the (copied) state, in place."""
-    assert batch.rewind is not None
-    after = batch.rewind.hide_after
-    if after is not None:
-        number = max((n for n, _ in hidden.rows.values()), default=0) + 1
-        for key in [key for key in rows if key > after]:
-            hidden.rows[key] = (number, rows.pop(key))
-        hidden.turns.extend((number, t) for t in turns if t.first_key > after)
-        turns[:] = [t for t in turns if t.first_key <= after]
-        return
-    if not hidden.rows:
-        return
-    number = max(n for n, _ in hidden.rows.values())
-    back = sorted(key for key, (n, _) in hidden.rows.items() if n == number)
-    if any(key > back[0] for key in rows):
-        raise undo_blocked(session_id)
-    for key in back:
-        rows[key] = hidden.rows.pop(key)[1]
-    turns.extend(t for n, t in hidden.turns if n == number)
-    turns.sort(key=lambda t: t.first_key)
-    hidden.turns = [(n, t) for n, t in hidden.turns if n != number]
+def _snapshot(state: _State, batch: Batch, life: str | None) -> Snapshot:
+    """What :func:`~sessions._decide.decide` needs of the (copied) state for ``batch``."""
+    rows, hidden, limit = state.rows, state.hidden, key_limit(batch)
+    newest = max((n for n, _ in hidden.rows.values()), default=None)
+    first_hidden = min((k for k, (n, _) in hidden.rows.items() if n == newest), default=0)
+    tail = batch.tail
+    return Snapshot(
+        applied=batch.batch_id in state.done,
+        life=life,
+        version=state.version,
+        pops_stored=sum(1 for key in set(batch.pops) if key in rows),
+        after_tail=() if tail is None else _keys(rows, tail, limit),
+        newest_rewind=newest,
+        after_hidden=() if newest is None else _keys(rows, first_hidden, limit),
+        run_state_version=state.run_state[1],
+        stored=_keys(rows, 0, limit),
+        fork_of=None if state.fork_of is None else state.fork_of[:2],
+    )
+
+
+def _keys(rows: dict[int, str], after: int, limit: int) -> tuple[int, ...]:
+    """The first ``limit`` stored keys greater than ``after``."""
+    return tuple(sorted(key for key in rows if key > after)[:limit])
+
+
+@dataclass
+class _State:
+    """A session's state while ``apply`` builds it, on copies of the stored one."""
+
+    rows: dict[int, str]
+    next_key: int
+    done: dict[str, datetime]
+    run_state: tuple[str | None, int, str | None]
+    turns: list[TurnRow]
+    hidden: _Hidden
+    fork_of: tuple[str, int, datetime] | None
+    quarantine: list[QuarantineEntry]
+    catalogue: InfoChange
+    version: int
+    created: datetime
+    updated: datetime
+
+    @classmethod
+    def of(cls, history: _History) -> _State:
+        return cls(
+            dict(history.rows),
+            history.next_key,
+            dict(history.batches),
+            history.run_state,
+            list(history.turns),
+            history.hidden.copy(),
+            history.fork_of,
+            list(history.quarantine),
+            history.catalogue,
+            history.version,
+            history.created_at,
+            history.updated_at,
+        )
+
+    def history(self, incarnation: str) -> _History:
+        return _History(
+            self.created,
+            self.updated,
+            self.rows,
+            self.next_key,
+            self.done,
+            self.run_state,
+            self.catalogue,
+            self.version,
+            self.turns,
+            self.fork_of,
+            self.hidden,
+            tuple(self.quarantine),
+            incarnation,
+        )
 
 
 def _applied(
@@ -137,113 +188,73 @@ def _applied(
     Raises without changing ``history``.
     """
     now = _now()
-    new = history is None
+    life = None if history is None else history.incarnation
     if history is None:
         history = _History(now, now)
-    rows = dict(history.rows)
-    next_key = history.next_key
-    done = dict(history.batches)
-    run_state = history.run_state
-    turns = list(history.turns)
-    hidden = history.hidden.copy()
-    fork_of = history.fork_of
-    quarantine = list(history.quarantine)
-    catalogue, version = history.catalogue, history.version
-    created, updated = history.created_at, history.updated_at
+    state = _State.of(history)
     for batch in batches:
-        if batch.batch_id in done:
-            continue  # applied by an earlier attempt
-        check_life(session_id, batch, None if new else history.incarnation)
-        if skips_undo(batch, bool(hidden.rows)):
-            continue  # nothing to undo: nothing written, not recorded
-        if batch.expect_version is not None and batch.expect_version != version:
-            raise version_conflict(session_id, batch.expect_version, version)
-        version += 1
-        if batch.info is not None:
-            catalogue = _catalogue_after(catalogue, batch.info)
-        if batch.clear:
-            rows.clear()
-            turns.clear()
-            hidden = _Hidden({}, [])
-        first = next_key
-        next_key = _rows_after(rows, batch, next_key, session_id)
-        _turn_parts(batch, rows, turns, hidden, (first, now), session_id)
-        if batch.run_state is not None:
-            run_state = _run_state_after(run_state, batch, session_id)
-        if batch.branch is not None:
-            fork_of = _forked(batch, session_id, (rows, first, hidden, fork_of), now)
-        _quarantined(quarantine, batch, now)
-        done[batch.batch_id] = now
-        updated = max(updated, now)
-        if batch.restore_times is not None:  # a restore (import): the export's times
-            created, updated = batch.restore_times
-    if len(done) == len(history.batches):
+        plan = decide(session_id, batch, _snapshot(state, batch, life))
+        if plan is not None:
+            _write(state, batch, plan, now)
+    if len(state.done) == len(history.batches):
         return None
-    kept = (created, updated, rows, next_key, done, run_state, catalogue, version)
-    return _History(*kept, turns, fork_of, hidden, tuple(quarantine), history.incarnation)
+    return state.history(history.incarnation)
 
 
-def _forked(
-    batch: Batch,
-    session_id: str,
-    state: tuple[dict[int, str], int, _Hidden, tuple[str, int, datetime] | None],
-    now: datetime,
-) -> tuple[str, int, datetime]:
-    """The fork record ``batch.branch`` writes, if the target is fresh (``state``: its
-    rows, the batch's first key, hidden rows, fork record); else the core's error."""
-    assert batch.branch is not None
-    rows, first, hidden, fork_of = state
-    error = fork_target_conflict(
-        session_id,
-        batch.branch,
-        holds_items=any(key < first for key in rows),
-        holds_hidden=bool(hidden.rows),
-        fork_of=None if fork_of is None else fork_of[:2],
-    )
-    if error is not None:
-        raise error
-    return (batch.branch.source_id, batch.branch.at_turn, now)
-
-
-def _quarantined(quarantine: list[QuarantineEntry], batch: Batch, now: datetime) -> None:
-    """Append ``batch``'s quarantined items to ``quarantine`` (a copy)."""
-    for reason, text in batch.quarantine:
-        quarantine.append(QuarantineEntry(len(quarantine) + 1, batch.batch_id, reason, text, now))
-
-
-def _rows_after(rows: dict[int, str], batch: Batch, next_key: int, session_id: str) -> int:
-    """Apply ``batch``'s pops and items to ``rows`` (a copy), check its tail condition;
-    return the next free key."""
-    missing = sum(1 for key in batch.pops if key not in rows)
-    if missing:
-        raise pops_gone(session_id, missing, len(batch.pops))
-    for key in batch.pops:
-        del rows[key]
-    first = next_key
+def _write(state: _State, batch: Batch, plan: Plan, now: datetime) -> None:
+    """Write ``batch`` as :func:`~sessions._decide.decide` planned it."""
+    state.version = plan.version
+    if batch.info is not None:
+        state.catalogue = _catalogue_after(state.catalogue, batch.info)
+    rows = state.rows
+    if batch.clear:
+        rows.clear()
+        state.turns.clear()
+        state.hidden = _Hidden({}, [])
+    else:
+        for key in set(batch.pops):
+            del rows[key]
+    first = state.next_key
     for text in batch.items:
-        rows[next_key] = text
-        next_key += 1
-    if batch.tail is not None and any(batch.tail < key < first for key in rows):
-        raise tail_moved(session_id)
-    return next_key
-
-
-def _turn_parts(
-    batch: Batch,
-    rows: dict[int, str],
-    turns: list[TurnRow],
-    hidden: _Hidden,
-    at: tuple[int, datetime],
-    session_id: str,
-) -> None:
-    """A batch's rewind and turn record (``at``: its first key and the commit's time)."""
-    if batch.rewind is not None:
-        _rewind(rows, turns, hidden, batch, session_id)
-    first, now = at
+        rows[state.next_key] = text
+        state.next_key += 1
+    _rewind(state, batch, plan)
     if batch.turn is not None and batch.items:
         when = now if batch.turn.created_at is None else batch.turn.created_at
         last = first + len(batch.items) - 1
-        turns.append(TurnRow(first, last, when, batch.turn.run_id, batch.turn.usage))
+        state.turns.append(TurnRow(first, last, when, batch.turn.run_id, batch.turn.usage))
+    if batch.run_state is not None and plan.run_state_version is not None:
+        change = batch.run_state
+        state.run_state = (change.text, plan.run_state_version, change.label)
+    if batch.branch is not None:
+        state.fork_of = (batch.branch.source_id, batch.branch.at_turn, now)
+    for reason, text in batch.quarantine:
+        entry = QuarantineEntry(len(state.quarantine) + 1, batch.batch_id, reason, text, now)
+        state.quarantine.append(entry)
+    state.done[batch.batch_id] = now
+    state.updated = max(state.updated, now)
+    if batch.restore_times is not None:  # a restore (import): the export's times
+        state.created, state.updated = batch.restore_times
+
+
+def _rewind(state: _State, batch: Batch, plan: Plan) -> None:
+    """Hide rows and turn records under ``plan.hide_as``, or bring back those of
+    ``plan.bring_back``."""
+    rows, turns, hidden = state.rows, state.turns, state.hidden
+    if plan.hide_as is not None:
+        assert batch.rewind is not None and batch.rewind.hide_after is not None
+        after = batch.rewind.hide_after
+        for key in [key for key in rows if key > after]:
+            hidden.rows[key] = (plan.hide_as, rows.pop(key))
+        hidden.turns.extend((plan.hide_as, t) for t in turns if t.first_key > after)
+        turns[:] = [t for t in turns if t.first_key <= after]
+    elif plan.bring_back is not None:
+        number = plan.bring_back
+        for key in sorted(key for key, (n, _) in hidden.rows.items() if n == number):
+            rows[key] = hidden.rows.pop(key)[1]
+        turns.extend(t for n, t in hidden.turns if n == number)
+        turns.sort(key=lambda t: t.first_key)
+        hidden.turns = [(n, t) for n, t in hidden.turns if n != number]
 
 
 def _catalogue_after(current: InfoChange, change: InfoChange) -> InfoChange:
@@ -251,17 +262,6 @@ def _catalogue_after(current: InfoChange, change: InfoChange) -> InfoChange:
     values.update({name: getattr(change, name) for name in change.fields if name != "tags"})
     tags = change.tags if "tags" in change.fields else current.tags
     return InfoChange(frozenset(), tags=tags, **values)
-
-
-def _run_state_after(
-    current: tuple[str | None, int, str | None], batch: Batch, session_id: str
-) -> tuple[str | None, int, str | None]:
-    change = batch.run_state
-    assert change is not None
-    version = current[1]
-    if change.expect_version is not None and change.expect_version != version:
-        raise run_state_moved(session_id, version, change.expect_version)
-    return change.text, version + 1, change.label
 
 
 class MemoryBackend:

@@ -49,7 +49,6 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
-from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import (
     MAX_TTL,
     check_life,
@@ -57,9 +56,8 @@ from ._catalogue import (
     deleted_message,
     expired,
     stored_ttl,
-    version_conflict,
 )
-from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
+from ._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from ._group import Bounds, Entry, GroupCommitStats, Outcome, Scheduler, outcomes_of_async
 from ._observe import HOOK
 from ._options import StoreOptions, merge_options, session_options
@@ -448,12 +446,37 @@ class _Sql:
         )
 
 
-# The optional parts of a batch (Batch.tail, Batch.run_state), inside the general
-# commit's transaction, after the batch statement and only if it recorded the batch.
-_SQL_NEWER = (
-    "SELECT EXISTS (SELECT 1 FROM {items} WHERE session_id = $1 AND seq > $2 AND batch_id <> $3)"
-)
-_SQL_RUN_STATE_VERSION = "SELECT version FROM {run_states} WHERE session_id = $1"
+# What the core decides a conditional batch by (sessions._decide.Snapshot), read in the
+# general commit's transaction before the batch statement. $1 session_id, $2 batch_id,
+# $3 pops bigint[], $4 tail (NULL: none), $5 how many keys to read, $6 an undo, $7 a run
+# state, $8 a fork. Items hidden by a rewind: the newest rewind number first.
+_SQL_SNAPSHOT = """
+SELECT
+    EXISTS (SELECT 1 FROM {batches} WHERE session_id = $1 AND batch_id = $2),
+    coalesce((SELECT version FROM {sessions} WHERE session_id = $1), 0),
+    (SELECT count(*) FROM {items} WHERE session_id = $1 AND seq = ANY($3::bigint[])),
+    CASE WHEN $4::bigint IS NULL THEN ARRAY[]::bigint[] ELSE array(
+        SELECT seq FROM {items} WHERE session_id = $1 AND seq > $4::bigint ORDER BY seq LIMIT $5
+    ) END,
+    h.newest,
+    CASE WHEN $6::boolean AND h.newest IS NOT NULL THEN array(
+        SELECT seq FROM {items} WHERE session_id = $1 AND seq > (
+            SELECT min(seq) FROM {hidden} WHERE session_id = $1 AND rewind_no = h.newest
+        ) ORDER BY seq LIMIT $5
+    ) ELSE ARRAY[]::bigint[] END,
+    CASE WHEN $7::boolean THEN
+        coalesce((SELECT version FROM {run_states} WHERE session_id = $1), 0)
+    ELSE 0 END,
+    CASE WHEN $8::boolean THEN array(
+        SELECT seq FROM {items} WHERE session_id = $1 ORDER BY seq LIMIT $5
+    ) ELSE ARRAY[]::bigint[] END,
+    f.source_id,
+    f.at_turn
+FROM (SELECT max(rewind_no) AS newest FROM {hidden} WHERE session_id = $1) AS h
+LEFT JOIN LATERAL (
+    SELECT source_id, at_turn FROM {branches} WHERE $8::boolean AND session_id = $1 LIMIT 1
+) AS f ON true
+"""
 _SQL_RUN_STATE_WRITE = (
     "INSERT INTO {run_states} (session_id, version, data, label, updated_at) "
     "VALUES ($1, $2, $3, $4, now()) ON CONFLICT (session_id) DO UPDATE SET "
@@ -472,7 +495,6 @@ _SQL_USAGE = (
 )
 # Rewinds (Batch.rewind), in the general commit's transaction. $1 session_id, $2 the
 # rewind number, $3 the key to hide after.
-_SQL_REWIND_NO = "SELECT max(rewind_no) FROM {hidden} WHERE session_id = $1"
 _SQL_HIDE = """
 WITH moved AS (
     DELETE FROM {items} WHERE session_id = $1 AND seq > $3 RETURNING session_id, seq, batch_id, data
@@ -486,10 +508,6 @@ WITH moved AS (
 UPDATE {sessions} SET item_count = item_count - (SELECT count(*) FROM moved)
 WHERE session_id = $1
 """
-_SQL_UNHIDE_BLOCKED = (
-    "SELECT EXISTS (SELECT 1 FROM {items} WHERE session_id = $1 AND seq > (SELECT min(seq) "
-    "FROM {hidden} WHERE session_id = $1 AND rewind_no = $2))"
-)
 _SQL_UNHIDE = """
 WITH moved AS (
     DELETE FROM {hidden} WHERE session_id = $1 AND rewind_no = $2
@@ -507,7 +525,6 @@ _SQL_BRANCH = (
     "INSERT INTO {branches} (source_id, session_id, at_turn, created_at) "
     "VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING"
 )
-_SQL_FORK_OF = "SELECT source_id, at_turn FROM {branches} WHERE session_id = $1"
 _SQL_BRANCHES_LOAD = (
     "SELECT session_id, at_turn, created_at FROM {branches} WHERE source_id = $1 "
     "ORDER BY created_at, session_id"
@@ -531,7 +548,6 @@ _SQL_QUARANTINE_LOAD = (
     "SELECT seq, batch_id, reason, data, created_at FROM {quarantine} "
     "WHERE session_id = $1 ORDER BY seq"
 )
-_SQL_VERSION = "SELECT version FROM {sessions} WHERE session_id = $1"
 _SQL_TAGS_DELETE = "DELETE FROM {session_tags} WHERE session_id = $1"
 _SQL_TAGS_INSERT = (
     "INSERT INTO {session_tags} (tag, session_id, user_id) SELECT u.t, s.session_id, s.user_id "
@@ -582,8 +598,7 @@ SESSION_TABLES = (
 
 @dataclass(frozen=True)
 class _ExtraSql:
-    newer: str
-    run_state_version: str
+    snapshot: str
     run_state_write: str
     run_state_load: str
     run_state_delete: str
@@ -591,15 +606,11 @@ class _ExtraSql:
     branches_delete: str
     branch: str
     branches_load: str
-    fork_of: str
     usage: str
-    rewind_no: str
     hide: str
-    unhide_blocked: str
     unhide: str
     quarantine: str
     quarantine_load: str
-    version: str
     tags_delete: str
     tags_insert: str
     tags_user: str
@@ -612,7 +623,7 @@ class _ExtraSql:
     def build(cls, names: _Names) -> _ExtraSql:
         s = names.sql
         return cls(
-            version=s(_SQL_VERSION),
+            snapshot=s(_SQL_SNAPSHOT),
             tags_delete=s(_SQL_TAGS_DELETE),
             tags_insert=s(_SQL_TAGS_INSERT),
             tags_user=s(_SQL_TAGS_USER),
@@ -620,8 +631,6 @@ class _ExtraSql:
             expired=s(_SQL_EXPIRED),
             delete_lock_many=s(_SQL_DELETE_LOCK_MANY),
             delete_lock_user=s(_SQL_DELETE_LOCK_USER),
-            newer=s(_SQL_NEWER),
-            run_state_version=s(_SQL_RUN_STATE_VERSION),
             run_state_write=s(_SQL_RUN_STATE_WRITE),
             run_state_load=s(_SQL_RUN_STATE_LOAD),
             run_state_delete=s(_SQL_RUN_STATE_DELETE),
@@ -629,11 +638,8 @@ class _ExtraSql:
             branches_delete=s(_SQL_BRANCHES_DELETE),
             branch=s(_SQL_BRANCH),
             branches_load=s(_SQL_BRANCHES_LOAD),
-            fork_of=s(_SQL_FORK_OF),
             usage=s(_SQL_USAGE),
-            rewind_no=s(_SQL_REWIND_NO),
             hide=s(_SQL_HIDE),
-            unhide_blocked=s(_SQL_UNHIDE_BLOCKED),
             unhide=s(_SQL_UNHIDE),
             quarantine=s(_SQL_QUARANTINE),
             quarantine_load=s(_SQL_QUARANTINE_LOAD),
@@ -1068,13 +1074,16 @@ class PostgresBackend:
         life = await conn.fetchval(self._sql.lock, session_id)
         written = False
         for batch in batches:
-            check_life(session_id, batch, life)
-            if batch.rewind is not None and skips_undo(
-                batch, await conn.fetchval(self._extra_sql.rewind_no, session_id) is not None
-            ):
-                continue  # nothing to undo: nothing written, not recorded
+            plan = None
+            if needs_snapshot(batch):
+                snapshot = await self._snapshot(conn, session_id, batch, life)
+                plan = decide(session_id, batch, snapshot)
+                if plan is None:
+                    continue  # already applied, or an undo with nothing to undo
+            else:
+                check_life(session_id, batch, life)
             written = True
-            recorded, removed = await conn.fetchrow(
+            recorded, _removed = await conn.fetchrow(
                 self._sql.batch,
                 session_id,
                 batch.batch_id,
@@ -1084,80 +1093,69 @@ class PostgresBackend:
                 len(batch.items),
                 *_turn_args(batch),
             )
-            if recorded and not batch.clear and removed != len(batch.pops):
-                raise pops_gone(session_id, len(batch.pops) - removed, len(batch.pops))
             if recorded and batch.restore_times is not None:
                 await conn.execute(self._sql.restore_times, session_id, *batch.restore_times)
-            if recorded and not batch.plain:
-                await self._apply_extras(conn, session_id, batch)
+            if recorded and plan is not None:
+                await self._write_plan(conn, session_id, batch, plan)
         if not written:  # the lock may have made the session row: keep nothing
             await conn.execute("ROLLBACK")
             return
         phase.commit_sent = True
         await conn.execute("COMMIT")
 
-    async def _apply_extras(self, conn: Any, session_id: str, batch: Batch) -> None:
-        """A batch's condition on the tail and its run-state write (see :class:`Batch`).
+    async def _snapshot(
+        self, conn: Any, session_id: str, batch: Batch, life: str | None
+    ) -> Snapshot:
+        """What :func:`~sessions._decide.decide` needs for ``batch``, read in this
+        transaction (which holds the session row lock; ``life``: the session's life the
+        lock found, ``None`` if it made the row)."""
+        row = await conn.fetchrow(
+            self._extra_sql.snapshot,
+            session_id,
+            batch.batch_id,
+            list(batch.pops),
+            batch.tail,
+            key_limit(batch),
+            undoes(batch),
+            batch.run_state is not None,
+            batch.branch is not None,
+        )
+        return Snapshot(
+            applied=row[0],
+            life=life,
+            version=int(row[1]),
+            pops_stored=int(row[2]),
+            after_tail=tuple(row[3]),
+            newest_rewind=row[4],
+            after_hidden=tuple(row[5]),
+            run_state_version=int(row[6]),
+            stored=tuple(row[7]),
+            fork_of=None if row[8] is None else (row[8], int(row[9])),
+        )
 
-        Runs after the batch statement, in its transaction, which holds the session row
-        lock: no other commit of this session can interleave.
-        """
+    async def _write_plan(self, conn: Any, session_id: str, batch: Batch, plan: Plan) -> None:
+        """A batch's catalogue, run-state, quarantine, fork and rewind writes, as planned
+        (after the batch statement, in its transaction, which holds the session row lock:
+        no other commit of this session can interleave)."""
         sql = self._extra_sql
-        if batch.expect_version is not None:
-            before = await conn.fetchval(sql.version, session_id) - 1
-            if before != batch.expect_version:
-                raise version_conflict(session_id, batch.expect_version, before)
         if batch.info is not None:
             await self._write_info(conn, session_id, batch.info)
-        if batch.tail is not None:
-            if await conn.fetchval(sql.newer, session_id, batch.tail, batch.batch_id):
-                raise tail_moved(session_id)
         change = batch.run_state
         if change is not None:
-            current = await conn.fetchval(sql.run_state_version, session_id) or 0
-            if change.expect_version is not None and change.expect_version != current:
-                raise run_state_moved(session_id, current, change.expect_version)
             await conn.execute(
-                sql.run_state_write, session_id, current + 1, change.text, change.label
+                sql.run_state_write, session_id, plan.run_state_version, change.text, change.label
             )
         if batch.quarantine:
             reasons = [reason for reason, _ in batch.quarantine]
             texts = [text for _, text in batch.quarantine]
             await conn.execute(sql.quarantine, session_id, batch.batch_id, reasons, texts)
         if batch.branch is not None:
-            await self._check_fork_target(conn, session_id, batch)
             await conn.execute(sql.branch, batch.branch.source_id, session_id, batch.branch.at_turn)
-        if batch.rewind is not None:
-            await self._rewind(conn, session_id, batch.rewind.hide_after)
-
-    async def _check_fork_target(self, conn: Any, session_id: str, batch: Batch) -> None:
-        """Read what the core's fork rule needs about the target, in this transaction
-        (which holds the target's session row lock)."""
-        assert batch.branch is not None
-        sql = self._extra_sql
-        row = await conn.fetchrow(sql.fork_of, session_id)
-        error = fork_target_conflict(
-            session_id,
-            batch.branch,
-            holds_items=await conn.fetchval(sql.newer, session_id, 0, batch.batch_id),
-            holds_hidden=await conn.fetchval(sql.rewind_no, session_id) is not None,
-            fork_of=None if row is None else (row[0], int(row[1])),
-        )
-        if error is not None:
-            raise error
-
-    async def _rewind(self, conn: Any, session_id: str, hide_after: int | None) -> None:
-        """A :class:`~sessions.RewindChange`: hide the items after ``hide_after``, or undo."""
-        sql = self._extra_sql
-        newest = await conn.fetchval(sql.rewind_no, session_id)
-        if hide_after is not None:
-            await conn.execute(sql.hide, session_id, (newest or 0) + 1, hide_after)
-            return
-        if newest is None:
-            return  # nothing hidden, nothing to undo
-        if await conn.fetchval(sql.unhide_blocked, session_id, newest):
-            raise undo_blocked(session_id)
-        await conn.execute(sql.unhide, session_id, newest)
+        if plan.hide_as is not None:
+            assert batch.rewind is not None
+            await conn.execute(sql.hide, session_id, plan.hide_as, batch.rewind.hide_after)
+        elif plan.bring_back is not None:
+            await conn.execute(sql.unhide, session_id, plan.bring_back)
 
     async def _write_info(self, conn: Any, session_id: str, change: InfoChange) -> None:
         names = sorted(change.fields)

@@ -35,7 +35,6 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
-from ._branchrules import fork_target_conflict, skips_undo
 from ._catalogue import (
     MAX_TTL,
     check_life,
@@ -43,9 +42,8 @@ from ._catalogue import (
     decode_tags,
     stored_ttl,
     ttl_in_force,
-    version_conflict,
 )
-from ._conflicts import pops_gone, run_state_moved, tail_moved, undo_blocked
+from ._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from ._group import Entry, Outcome, Scheduler, outcomes_of
 from ._observe import HOOK
 from ._options import StoreOptions, merge_options, session_options
@@ -230,7 +228,6 @@ _SQL_BUMP = (
     "RETURNING next_seq - :n, version, incarnation"
 )
 _SQL_RESTORE_TIMES = "UPDATE txs_sessions SET created_at = ?, updated_at = ? WHERE session_id = ?"
-_SQL_LIFE = "SELECT incarnation FROM txs_sessions WHERE session_id = ?"
 _SQL_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
 _SQL_LOAD_ALL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq"
 _SQL_LOAD_TAIL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
@@ -260,17 +257,16 @@ def _classify(exc: sqlite3.Error, operation: str) -> StorageError:
 def _apply_batches(
     conn: sqlite3.Connection, session_id: str, batches: Sequence[Batch], now: float
 ) -> None:
-    """Apply ``batches`` inside the caller's transaction (or savepoint)."""
+    """Apply ``batches`` inside the caller's transaction (or savepoint): a batch with
+    conditions as the core decides from what this transaction reads before writing it
+    (:mod:`sessions._decide`); a plain one on the fast path, its life judged from what
+    its own upsert returns (a row it created has a new one)."""
     for batch in batches:
-        # The life is checked before anything else a batch with conditions does (its
-        # pops, clear or conditions must not be judged against another life); a plain
-        # append checks the life its own upsert returns (a row it created has a new one).
-        early = batch.incarnation is not None and (batch.pops or batch.clear or not batch.plain)
-        if early:
-            row = conn.execute(_SQL_LIFE, (session_id,)).fetchone()
-            check_life(session_id, batch, None if row is None else row[0])
-        if batch.rewind is not None and skips_undo(batch, _any_hidden(conn, session_id)):
-            continue  # nothing to undo: nothing written, not recorded
+        plan = None
+        if needs_snapshot(batch):
+            plan = decide(session_id, batch, _snapshot(conn, session_id, batch))
+            if plan is None:
+                continue  # already applied, or an undo with nothing to undo
         if conn.execute(_SQL_RECORD_BATCH, (session_id, batch.batch_id, now)).rowcount == 0:
             continue  # already applied by an earlier attempt
         removed = 0
@@ -279,13 +275,12 @@ def _apply_batches(
             conn.execute(_SQL_CLEAR_TURNS, (session_id,))
             conn.execute(_SQL_CLEAR_HIDDEN, (session_id,))
         elif batch.pops:
-            removed = conn.executemany(_SQL_POP, [(session_id, key) for key in batch.pops]).rowcount
-            if removed != len(batch.pops):
-                raise pops_gone(session_id, len(batch.pops) - removed, len(batch.pops))
+            pops = [(session_id, key) for key in batch.pops]
+            removed = conn.executemany(_SQL_POP, pops).rowcount
         n = len(batch.items)
         bump = {"sid": session_id, "now": now, "n": n, "clear": batch.clear, "removed": removed}
-        base, version, life = conn.execute(_SQL_BUMP, bump).fetchone()
-        if not early:
+        base, _version, life = conn.execute(_SQL_BUMP, bump).fetchone()
+        if plan is None:
             check_life(session_id, batch, life)
         if batch.restore_times is not None:
             created, updated = batch.restore_times
@@ -304,11 +299,60 @@ def _apply_batches(
                 conn.execute(
                     _SQL_TURN, (session_id, base, base + n - 1, at, batch.turn.run_id, *counts)
                 )
-        if not batch.plain:
-            _apply_extras(conn, session_id, batch, now, version - 1)
+        if plan is not None:
+            _write_plan(conn, session_id, batch, plan, now)
 
 
-_SQL_NEWER = "SELECT 1 FROM txs_items WHERE session_id = ? AND seq > ? AND batch_id <> ? LIMIT 1"
+_SQL_SESSION_FACTS = "SELECT incarnation, version FROM txs_sessions WHERE session_id = ?"
+_SQL_APPLIED_ONE = "SELECT 1 FROM txs_batches WHERE session_id = ? AND batch_id = ?"
+_SQL_KEYS_AFTER = "SELECT seq FROM txs_items WHERE session_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+_SQL_FIRST_HIDDEN = "SELECT min(seq) FROM txs_hidden_items WHERE session_id = ? AND rewind_no = ?"
+_POPS_CHUNK = 500  # keys per statement, well under SQLite's limit of parameters
+
+
+def _snapshot(conn: sqlite3.Connection, session_id: str, batch: Batch) -> Snapshot:
+    """What :func:`~sessions._decide.decide` needs for ``batch``, read in this transaction."""
+    row = conn.execute(_SQL_SESSION_FACTS, (session_id,)).fetchone()
+    limit = key_limit(batch)
+
+    def keys_after(after: int) -> tuple[int, ...]:
+        return tuple(k for (k,) in conn.execute(_SQL_KEYS_AFTER, (session_id, after, limit)))
+
+    (newest,) = conn.execute(_SQL_REWIND_NO, {"s": session_id}).fetchone()
+    after_hidden: tuple[int, ...] = ()
+    if newest is not None and undoes(batch):
+        (first,) = conn.execute(_SQL_FIRST_HIDDEN, (session_id, newest)).fetchone()
+        after_hidden = keys_after(first)
+    run_state = None
+    if batch.run_state is not None:
+        run_state = conn.execute(_SQL_RUN_STATE_VERSION, (session_id,)).fetchone()
+    fork = None if batch.branch is None else conn.execute(_SQL_FORK_OF, (session_id,)).fetchone()
+    return Snapshot(
+        applied=conn.execute(_SQL_APPLIED_ONE, (session_id, batch.batch_id)).fetchone() is not None,
+        life=None if row is None else row[0],
+        version=0 if row is None else row[1],
+        pops_stored=_pops_stored(conn, session_id, batch.pops),
+        after_tail=() if batch.tail is None else keys_after(batch.tail),
+        newest_rewind=newest,
+        after_hidden=after_hidden,
+        run_state_version=0 if run_state is None else run_state[0],
+        stored=() if batch.branch is None else keys_after(0),
+        fork_of=None if fork is None else (fork[0], fork[1]),
+    )
+
+
+def _pops_stored(conn: sqlite3.Connection, session_id: str, pops: Sequence[int]) -> int:
+    """How many distinct keys of ``pops`` are stored."""
+    keys = sorted(set(pops))
+    stored = 0
+    for start in range(0, len(keys), _POPS_CHUNK):
+        chunk = keys[start : start + _POPS_CHUNK]
+        marks = ", ".join("?" * len(chunk))  # placeholders only
+        sql = f"SELECT count(*) FROM txs_items WHERE session_id = ? AND seq IN ({marks})"
+        stored += conn.execute(sql, (session_id, *chunk)).fetchone()[0]
+    return stored
+
+
 _SQL_RUN_STATE_VERSION = "SELECT version FROM txs_run_states WHERE session_id = ?"
 _SQL_RUN_STATE_WRITE = (
     "INSERT INTO txs_run_states (session_id, version, data, label, updated_at) "
@@ -336,57 +380,30 @@ _SQL_QUARANTINE_LOAD = (
 )
 
 
-def _apply_extras(
-    conn: sqlite3.Connection, session_id: str, batch: Batch, now: float, before: int
+def _write_plan(
+    conn: sqlite3.Connection, session_id: str, batch: Batch, plan: Plan, now: float
 ) -> None:
-    """A batch's conditions (tail, version; ``before``: the version it found) and its
-    run-state and catalogue writes (see :class:`Batch`)."""
-    if batch.expect_version is not None and batch.expect_version != before:
-        raise version_conflict(session_id, batch.expect_version, before)
+    """A batch's catalogue, run-state, quarantine, fork and rewind writes, as planned."""
     if batch.info is not None:
         _write_info(conn, session_id, batch.info)
-    if batch.tail is not None:
-        if conn.execute(_SQL_NEWER, (session_id, batch.tail, batch.batch_id)).fetchone():
-            raise tail_moved(session_id)
     change = batch.run_state
     if change is not None:
-        row = conn.execute(_SQL_RUN_STATE_VERSION, (session_id,)).fetchone()
-        current = 0 if row is None else row[0]
-        if change.expect_version is not None and change.expect_version != current:
-            raise run_state_moved(session_id, current, change.expect_version)
-        conn.execute(
-            _SQL_RUN_STATE_WRITE, (session_id, current + 1, change.text, change.label, now)
-        )
+        version = plan.run_state_version
+        conn.execute(_SQL_RUN_STATE_WRITE, (session_id, version, change.text, change.label, now))
     for reason, text in batch.quarantine:
         conn.execute(_SQL_QUARANTINE, (session_id, session_id, batch.batch_id, reason, text, now))
     if batch.branch is not None:
-        _check_fork_target(conn, session_id, batch)
         conn.execute(_SQL_BRANCH, (batch.branch.source_id, session_id, batch.branch.at_turn, now))
-    if batch.rewind is not None:
-        _rewind(conn, session_id, batch.rewind.hide_after)
+    if plan.hide_as is not None:
+        assert batch.rewind is not None
+        _move(
+            conn, _SQL_HIDE, -1, {"s": session_id, "r": plan.hide_as, "k": batch.rewind.hide_after}
+        )
+    elif plan.bring_back is not None:
+        _move(conn, _SQL_UNHIDE, 1, {"s": session_id, "r": plan.bring_back})
 
 
 _SQL_FORK_OF = "SELECT source_id, at_turn FROM txs_branches WHERE session_id = ?"
-
-
-def _any_hidden(conn: sqlite3.Connection, session_id: str) -> bool:
-    return conn.execute(_SQL_REWIND_NO, {"s": session_id}).fetchone()[0] is not None
-
-
-def _check_fork_target(conn: sqlite3.Connection, session_id: str, batch: Batch) -> None:
-    """Read what the core's fork rule needs about the target, in this transaction."""
-    assert batch.branch is not None
-    row = conn.execute(_SQL_FORK_OF, (session_id,)).fetchone()
-    error = fork_target_conflict(
-        session_id,
-        batch.branch,
-        holds_items=conn.execute(_SQL_NEWER, (session_id, 0, batch.batch_id)).fetchone()
-        is not None,
-        holds_hidden=_any_hidden(conn, session_id),
-        fork_of=None if row is None else (row[0], row[1]),
-    )
-    if error is not None:
-        raise error
 
 
 _SQL_REWIND_NO = "SELECT max(rewind_no) FROM txs_hidden_items WHERE session_id = :s"
@@ -403,29 +420,19 @@ _SQL_UNHIDE = (
     "DELETE FROM txs_hidden_items WHERE session_id = :s AND rewind_no = :r",
     "UPDATE txs_turns SET hidden_by = NULL WHERE session_id = :s AND hidden_by = :r",
 )
-_SQL_UNHIDE_BLOCKED = (
-    "SELECT 1 FROM txs_items WHERE session_id = :s AND seq > (SELECT min(seq) FROM "
-    "txs_hidden_items WHERE session_id = :s AND rewind_no = :r) LIMIT 1"
-)
 _SQL_COUNT = "UPDATE txs_sessions SET item_count = item_count + :n WHERE session_id = :s"
 
 
-def _rewind(conn: sqlite3.Connection, session_id: str, hide_after: int | None) -> None:
-    """A :class:`~sessions.RewindChange`: hide the items after ``hide_after``, or undo."""
-    (newest,) = conn.execute(_SQL_REWIND_NO, {"s": session_id}).fetchone()
-    if hide_after is None and newest is None:
-        return  # nothing hidden, nothing to undo
-    params = {"s": session_id, "r": (newest or 0) + 1, "k": hide_after}
-    if hide_after is None:
-        params["r"] = newest
-        if conn.execute(_SQL_UNHIDE_BLOCKED, params).fetchone():
-            raise undo_blocked(session_id)
-    insert, delete, turns = _SQL_HIDE if hide_after is not None else _SQL_UNHIDE
+def _move(
+    conn: sqlite3.Connection, sql: tuple[str, str, str], sign: int, params: dict[str, Any]
+) -> None:
+    """Hide items and turn records under a rewind number (``_SQL_HIDE``, ``sign`` -1), or
+    bring them back (``_SQL_UNHIDE``, ``sign`` 1)."""
+    insert, delete, turns = sql
     moved = conn.execute(insert, params).rowcount
     conn.execute(delete, params)
     conn.execute(turns, params)
-    sign = 1 if hide_after is None else -1
-    conn.execute(_SQL_COUNT, {"n": sign * moved, "s": session_id})
+    conn.execute(_SQL_COUNT, {"n": sign * moved, "s": params["s"]})
 
 
 def _write_info(conn: sqlite3.Connection, session_id: str, change: InfoChange) -> None:
