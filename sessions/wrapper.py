@@ -431,15 +431,8 @@ class _InnerStore(Store["TransactionalSession"]):
     def usable_here(self) -> bool:
         return not self.closed
 
-    def session(
-        self,
-        session_id: str,
-        *,
-        autocommit: bool = False,
-        session_settings: Any = None,
-        commit_timeout: float | None = None,
-        integrity: Integrity | None = None,
-    ) -> TransactionalSession:
+    def session(self, *args: Any, **kwargs: Any) -> TransactionalSession:
+        """Refused, whatever the arguments: this store serves its one session only."""
         raise SessionError(
             "a TransactionalSession's store serves that one session; wrap another "
             "session object in a TransactionalSession of its own"
