@@ -11,7 +11,7 @@ missing their outputs; a call the conversation went past without its output is.
 
 Sources: a txsessions store (:class:`~sessions.Store`, read page by page through
 :meth:`AdminBackend.read_range`), or an SDK session database through the migration
-readers of :mod:`sessions._migrate` (read-only; rows are then numbered by position).
+readers of :mod:`sessions._sources` (read-only; rows are then numbered by position).
 
 Repair (txsessions stores only) writes ONE batch per damaged session through the
 commit path (:func:`sessions._commit.write_batches`): it pops the offending rows and
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from ._backend import AdminBackend, Batch, Row
 from ._commit import derived_batch_id, write_batches
 from ._history import check_history
-from ._migrate import Source
+from ._sources import Source
 from .errors import CommitConflictError, SessionError
 
 if TYPE_CHECKING:

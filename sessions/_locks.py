@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import deque
-from types import TracebackType
 
 __all__ = ["CrossLoopLock"]
 
@@ -86,10 +85,5 @@ class CrossLoopLock:
     async def __aenter__(self) -> None:
         await self.acquire()
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self.release()

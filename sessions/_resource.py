@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ._shield import DeadlineExceeded, shielded
@@ -121,10 +120,5 @@ class AsyncResource:
         self._check_open("__aenter__")
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.close()

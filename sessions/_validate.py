@@ -80,7 +80,10 @@ def validate_session_id(session_id: object, name: str = "session_id") -> str:
     return session_id
 
 
-def _at_most_int64(value: int, name: str) -> int:
+def _int_in_range(value: int, name: str, minimum: int) -> int:
+    """``value`` if it is from ``minimum`` to :data:`MAX_INT64`, else ``ValueError``."""
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if value > MAX_INT64:
         raise ValueError(f"{name} must be at most {MAX_INT64} (2**63 - 1), got {value}")
     return value
@@ -92,18 +95,14 @@ def validate_limit(limit: object, name: str = "limit") -> int | None:
         return None
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise TypeError(f"{name} must be an int or None, got {type(limit).__name__}")
-    if limit < 0:
-        raise ValueError(f"{name} must be >= 0, got {limit}")
-    return _at_most_int64(limit, name)
+    return _int_in_range(limit, name, 0)
 
 
 def validate_positive_int(value: object, name: str) -> int:
     """An ``int`` from 1 to :data:`MAX_INT64` (``bool`` is refused)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}: {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
-    return _at_most_int64(value, name)
+    return _int_in_range(value, name, 1)
 
 
 def validate_duration(value: object, name: str) -> timedelta:

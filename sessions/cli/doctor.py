@@ -185,7 +185,7 @@ async def _doctor_sdk(
     url: str, session_id: str | None, tables: _SdkTables, report: "_Report"
 ) -> int:
     from .._doctor import check_source
-    from .._migrate import open_source
+    from .._sources import open_source
 
     source = await open_source(
         url,
