@@ -85,9 +85,7 @@ def one_error_line(result: Result, *words: str) -> str:
 def fresh_url(target: Target, tmp_path: Path) -> str:
     """A URL of an empty store of the target's kind (a new file, or a new table prefix
     in the test run's schema so that tests sharing the schema never see each other)."""
-    if target.kind == "sqlite":
-        return f"sqlite:///{tmp_path / f'{uuid.uuid4().hex[:8]}.db'}"
-    return f"{target.url}&table_prefix=t{uuid.uuid4().hex[:10]}_"
+    return target.fresh(tmp_path).url
 
 
 @pytest.fixture

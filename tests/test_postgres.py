@@ -34,6 +34,7 @@ from sessions.errors import (
     TransientStorageError,
 )
 from tests.conftest import PG_DSN, require_postgres
+from tests.helpers import msg
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -49,10 +50,6 @@ from sessions.postgres import (  # noqa: E402 - needs asyncpg
 pytestmark = pytest.mark.postgres
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def msg(text: str, **extra: Any) -> dict[str, Any]:
-    return {"role": "user", "content": text, **extra}
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import pytest
 from sessions import Batch, RetryPolicy
 from sessions.errors import CommitError, TransientStorageError
 from tests.conftest import PG_DSN, require_postgres
+from tests.helpers import msg
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -30,10 +31,6 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def pg() -> None:
     require_postgres()
-
-
-def msg(text: str, **extra: Any) -> dict[str, Any]:
-    return {"role": "user", "content": text, **extra}
 
 
 def _app() -> dict[str, Any]:

@@ -324,7 +324,7 @@ async def test_a_replacement_the_database_rejects_leaves_the_history_as_it_was(
     need_sdk("agents.testing")
     assert ours.target is not None
     await ours.seed([msg("poison 1"), *SEED[1:]])
-    await raw.add_poison_trigger(ours.target, sid)  # the summary quotes "poison 1"
+    await ours.target.add_poison_trigger(sid)  # the summary quotes "poison 1"
     try:
         compacting = Compaction(
             sid,
@@ -336,7 +336,7 @@ async def test_a_replacement_the_database_rejects_leaves_the_history_as_it_was(
         with pytest.raises(Exception, match="poisoned item"):
             await turn(ours, compacting, "q3")
     finally:
-        await raw.drop_poison_trigger(ours.target)
+        await ours.target.drop_poison_trigger()
     stored = await ours.stored()
     if ours.buffered:
         assert stored == [msg("poison 1"), *SEED[1:]]

@@ -15,10 +15,7 @@ import pytest
 from sessions import SQLiteSession, SQLiteStore
 from sessions.errors import CommitError, StorageError
 from sessions.sqlite import MIGRATIONS
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
 
 
 async def test_file_database_uses_wal_and_full_sync_by_default(tmp_path: Path) -> None:

@@ -29,16 +29,13 @@ from sessions.errors import (
     UncommittedChangesWarning,
 )
 from sessions.wrapper import InnerSessionWriteError
+from tests.helpers import msg
 
 from .conftest import IN_CI, Target, make_target
 from .sdk import ScriptedModel, assistant_message, sdk_import
 
 INNER_KINDS = ["sdk-sqlite", "txs-sqlite", "txs-postgres", "sdk-redis"]
 REDIS_URL = os.environ.get("SESSIONS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 def texts(items: list[Any]) -> list[str]:

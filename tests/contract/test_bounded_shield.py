@@ -1,6 +1,6 @@
 """The shield is bounded: a hung database never holds a caller past ``commit_timeout``.
 
-Each test hangs the real database inside a commit (``tests/contract/hang.py``) and
+Each test hangs the real database inside a commit (``hang()`` of ``tests/provision/``) and
 checks three things: the caller is released within the bound (plus at most 1 s); no
 reader ever sees part of the batch; once the database moves again, the session resolves
 the unknown outcome by batch id and the history holds the batch exactly once.
@@ -16,14 +16,10 @@ import pytest
 from sessions import Store
 from sessions.errors import CommitError
 from tests.conftest import Target
-from tests.contract.hang import hang
+from tests.helpers import msg
 
 BOUND = 1.0  # commit_timeout of these tests, seconds
 SLACK = 1.0  # how much later than the bound the caller may be released
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 BEFORE = [msg("before")]
@@ -67,7 +63,7 @@ async def test_a_cancelled_caller_of_commit_into_a_hung_database_is_released_wit
 ) -> None:
     store = await target.open(commit_timeout=BOUND)
     session = await start_hung_commit(target, store, sid)
-    async with hang(target, store, sid, where) as h:
+    async with target.hang(store, sid, where) as h:
         task = asyncio.create_task(session.commit())
         await h.reached()
         task.cancel()
@@ -83,7 +79,7 @@ async def test_commit_into_a_hung_database_raises_an_unknown_outcome_at_the_boun
 ) -> None:
     store = await target.open(commit_timeout=BOUND)
     session = await start_hung_commit(target, store, sid)
-    async with hang(target, store, sid, where) as h:
+    async with target.hang(store, sid, where) as h:
         task = asyncio.create_task(session.commit())
         await h.reached()
         await released_within_bound(task)
@@ -100,7 +96,7 @@ async def test_an_autocommit_write_into_a_hung_database_is_released_within_the_b
     store = await target.open(commit_timeout=BOUND)
     session = store.session(sid, autocommit=True)
     await session.add_items(BEFORE)
-    async with hang(target, store, sid, "middle") as h:
+    async with target.hang(store, sid, "middle") as h:
         task = asyncio.create_task(session.add_items(BATCH))
         await h.reached()
         task.cancel()
@@ -114,7 +110,7 @@ async def test_close_of_a_store_with_a_hung_commit_is_released_within_the_bound(
 ) -> None:
     store = await target.open(commit_timeout=BOUND)
     session = await start_hung_commit(target, store, sid)
-    async with hang(target, store, sid, "middle") as h:
+    async with target.hang(store, sid, "middle") as h:
         commit = asyncio.create_task(session.commit())
         await h.reached()
         closing = asyncio.create_task(store.close())
@@ -141,7 +137,7 @@ async def test_a_transaction_whose_commit_outcome_is_unknown_keeps_its_changes_s
         async with session.transaction():
             await session.add_items(BATCH)
 
-    async with hang(target, store, sid, "middle") as h:
+    async with target.hang(store, sid, "middle") as h:
         task = asyncio.create_task(request())
         await h.reached()
         await released_within_bound(task)

@@ -4,8 +4,8 @@ counts, versions and commit(expected_version=), TTL purge, delete_user (docs/cat
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,10 +19,7 @@ from sessions.errors import (
 )
 from tests.conftest import Target
 from tests.contract import raw
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import age, msg
 
 
 async def _commit(store: Store[Any], session_id: str, **info: Any) -> None:
@@ -31,20 +28,6 @@ async def _commit(store: Store[Any], session_id: str, **info: Any) -> None:
         session.set_info(**info)
     await session.add_items([msg(session_id)])
     await session.commit()
-
-
-async def _age(target: Target, session_id: str, seconds: int) -> None:
-    """Move the session's updated_at ``seconds`` into the past."""
-    moved = (
-        f"updated_at - {seconds}"
-        if target.kind == "sqlite"
-        else f"updated_at - interval '{seconds} seconds'"
-    )
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET updated_at = {moved} WHERE session_id = {raw.param(target, 1)}",
-        session_id,
-    )
 
 
 # ----------------------------------------------------------------------------- set_info
@@ -170,7 +153,7 @@ async def test_list_and_count_filter_by_user_tag_and_updated_after_page_by_page(
     for i, session_id in enumerate(ids):
         tags = {"even"} if i % 2 == 0 else {"odd"}
         await _commit(store, session_id, user_id=user if i < 5 else other, tags=tags | {sid})
-    await _age(target, ids[0], 3600)
+    await age(target, ids[0], 3600)
     mine = await store.list_sessions(user_id=user, limit=2)
     assert [i.session_id for i in mine] == ids[:2]
     rest = await store.list_sessions(user_id=user, limit=10, after=mine[-1].session_id)
@@ -315,7 +298,7 @@ async def test_purge_without_older_than_deletes_sessions_whose_ttl_elapsed(
     await _commit(store, by_default)
     await _commit(store, fresh)
     for session_id in (own_short, own_long, by_default):
-        await _age(target, session_id, 2 * 3600)
+        await age(target, session_id, 2 * 3600)
     would = await store.purge(dry_run=True)
     assert sorted(i.session_id for i in would if i.session_id.startswith(sid)) == [
         own_short,
@@ -338,7 +321,7 @@ async def test_purge_by_ttl_keeps_a_session_written_after_it_was_listed(
 ) -> None:
     store = await target.open(ttl=timedelta(hours=1))
     await _commit(store, sid)
-    await _age(target, sid, 2 * 3600)
+    await age(target, sid, 2 * 3600)
     backend: Any = store.backend
     now = datetime.now(timezone.utc)
     listed = await backend.expired_sessions(now, 3600.0, limit=1000, after=None)
@@ -354,8 +337,8 @@ async def test_a_store_without_ttl_purges_only_sessions_with_their_own(
     assert store.ttl is None
     await _commit(store, f"{sid}-own", ttl=timedelta(seconds=30))
     await _commit(store, f"{sid}-none")
-    await _age(target, f"{sid}-own", 3600)
-    await _age(target, f"{sid}-none", 10 * 365 * 86400)
+    await age(target, f"{sid}-own", 3600)
+    await age(target, f"{sid}-none", 10 * 365 * 86400)
     gone = await store.purge()
     assert [i.session_id for i in gone if i.session_id.startswith(sid)] == [f"{sid}-own"]
 
@@ -375,10 +358,9 @@ async def test_delete_user_erases_every_row_of_that_user_and_nothing_else(
     assert sorted(await store.delete_user(user)) == mine
     left = {"txs_sessions": 1, "txs_items": 1, "txs_batches": 1, "txs_session_tags": 1}
     left["txs_turns"] = 1  # the other user's commit recorded a turn (docs/turns.md)
-    for table in _session_tables(target):  # only the other user's rows are left
-        rows = await raw.fetch_value(
-            target,
-            f"SELECT count(*) FROM {table} WHERE session_id LIKE {raw.param(target, 1)}",
+    for table in target.session_tables():  # only the other user's rows are left
+        rows = await target.fetch_value(
+            f"SELECT count(*) FROM {table} WHERE session_id LIKE {target.param(1)}",
             f"{sid}-%",
         )
         assert rows == left.get(table, 0), table
@@ -395,12 +377,12 @@ async def test_delete_user_failing_at_its_last_session_deletes_none_of_its_sessi
     mine = [f"{sid}-{i}" for i in range(3)]
     for session_id in mine:
         await _commit(store, session_id, user_id=user, tags={"t"})
-    await raw.add_failing_trigger(target, "txs_sessions", mine[-1], event="DELETE")
+    await target.add_failing_trigger("txs_sessions", mine[-1], event="DELETE")
     try:
         with pytest.raises(StorageError, match="injected failure on txs_sessions"):
             await store.delete_user(user)
     finally:
-        await raw.drop_failing_trigger(target, "txs_sessions")
+        await target.drop_failing_trigger("txs_sessions")
     assert await store.count_sessions(user_id=user) == 3
     for session_id in mine:
         assert await raw.stored_rows(target, session_id) == 1
@@ -408,37 +390,13 @@ async def test_delete_user_failing_at_its_last_session_deletes_none_of_its_sessi
     assert sorted(await store.delete_user(user)) == mine
 
 
-def _session_tables(target: Target) -> list[str]:
-    from sessions import postgres, sqlite
-
-    if target.kind == "sqlite":
-        return ["txs_sessions", *sqlite.SESSION_TABLES]
-    return ["txs_sessions", *(f"txs_{name}" for name in postgres.SESSION_TABLES)]
-
-
 async def test_session_tables_name_every_table_with_a_session_id_column(
-    store: Store[Any], target: Target
+    target: Target, tmp_path: Path
 ) -> None:
-    if target.kind == "sqlite":
-        names = await raw.fetch_value(
-            target,
-            "SELECT group_concat(m.name) FROM sqlite_master AS m, pragma_table_info(m.name) AS c "
-            "WHERE m.type = 'table' AND c.name = 'session_id'",
-        )
-        expected = _session_tables(target)
-    else:
-        from sessions import postgres
-
-        prefix = f"c{uuid.uuid4().hex[:10]}_"  # tables of this test's own in the shared schema
-        await target.open(table_prefix=prefix)
-        names = await raw.fetch_value(
-            target,
-            "SELECT string_agg(table_name, ',') FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND column_name = 'session_id' "
-            f"AND table_name LIKE '{prefix}%'",
-        )
-        expected = [f"{prefix}{name}" for name in ("sessions", *postgres.SESSION_TABLES)]
-    assert sorted(names.split(",")) == sorted(expected)
+    own = target.fresh(tmp_path)  # tables of this test's own (tests share the PostgreSQL schema)
+    await own.open()
+    names = await own.tables_with_column("session_id")
+    assert sorted(names) == sorted(own.session_tables())
 
 
 async def test_memory_keeps_a_catalogue_and_a_wrapped_sdk_session_refuses_one() -> None:

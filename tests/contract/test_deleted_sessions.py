@@ -22,10 +22,7 @@ import pytest
 from sessions import Store
 from sessions.errors import CommitConflictError, SessionDeletedError
 from tests.conftest import BACKENDS, Target, make_target
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
 
 
 async def texts(store: Store[Any], sid: str) -> list[str]:

@@ -20,6 +20,7 @@ from sessions import MemoryStore, Store
 from sessions.errors import CommitConflictError
 from sessions.memory import MemoryBackend
 from tests.conftest import BACKENDS, make_target
+from tests.helpers import msg
 
 Opener = Callable[[], Awaitable[Store[Any]]]
 
@@ -47,10 +48,6 @@ async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 @pytest.fixture
 async def db(opener: Opener) -> Store[Any]:
     return await opener()
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 async def commit_turns(store: Store[Any], session_id: str, count: int, tag: str = "t") -> None:

@@ -9,7 +9,6 @@ modes, the quarantine's storage, limited reads and the compaction hook.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from datetime import timedelta
 from typing import Any
 
@@ -458,17 +457,9 @@ async def test_a_store_migrated_past_3_without_it_gets_the_quarantine_table_on_o
 ) -> None:
     """Migrations were numbered apart by branches (3: quarantine, 5: catalogue): a database
     that recorded 5 but not 3 gets 3 when opened, and quarantines from then on."""
-    first = await target.open()
-    if target.kind == "sqlite":
-        assert target.sqlite_path is not None
-        with sqlite3.connect(target.sqlite_path) as conn:
-            conn.execute("DROP TABLE txs_quarantine")
-            conn.execute("DELETE FROM txs_schema WHERE version = 3")
-    else:
-        pool = first.pool  # type: ignore[attr-defined]
-        schema = target.pg_schema
-        await pool.execute(f'DROP TABLE "{schema}"."txs_quarantine"')
-        await pool.execute(f'DELETE FROM "{schema}"."txs_schema_version" WHERE version = 3')
+    await target.open()
+    await target.execute("DROP TABLE txs_quarantine")
+    await target.execute(f"DELETE FROM {target.schema_table} WHERE version = 3")
     store = await target.open()
     session = store.session(sid)
     await session.add_items([user(), output("function_call_output", "c1")])

@@ -7,7 +7,6 @@ Every refusal names what was wrong and stages nothing, so the next commit still 
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,12 @@ import pytest
 from sessions import Store, TurnUsage
 from sessions._transfer import ImportFileError, import_sessions
 from tests.conftest import Target
-from tests.contract import raw
+from tests.helpers import age, msg
 
 # The documented limits (docs/catalogue.md), written out: a change to one fails here.
 MAX_TTL = MAX_DURATION = timedelta(days=36525)  # 100 years
 MAX_INT64 = 2**63 - 1
 MAX_METADATA_DEPTH = 32
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def nested(depth: int) -> dict[str, Any]:
@@ -104,7 +99,7 @@ async def test_a_ttl_stored_past_100_years_by_an_older_version_breaks_no_listing
         await _commit(store, session_id)
     for session_id, seconds in ((huge, 86_400.0 * 999_999_999), (beyond, 1e300), (expired, 60.0)):
         await _set_ttl(target, session_id, seconds)
-    await _age(target, expired, 3600)
+    await age(target, expired, 3600)
 
     listed = {i.session_id: i async for i in store.iter_sessions()}
     for session_id in (huge, beyond):
@@ -122,24 +117,9 @@ async def test_a_ttl_stored_past_100_years_by_an_older_version_breaks_no_listing
 
 
 async def _set_ttl(target: Target, session_id: str, seconds: float) -> None:
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET ttl = {raw.param(target, 1)} "
-        f"WHERE session_id = {raw.param(target, 2)}",
+    await target.execute(
+        f"UPDATE txs_sessions SET ttl = {target.param(1)} WHERE session_id = {target.param(2)}",
         seconds,
-        session_id,
-    )
-
-
-async def _age(target: Target, session_id: str, seconds: int) -> None:
-    moved = (
-        f"updated_at - {seconds}"
-        if target.kind == "sqlite"
-        else f"updated_at - interval '{seconds} seconds'"
-    )
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET updated_at = {moved} WHERE session_id = {raw.param(target, 1)}",
         session_id,
     )
 
@@ -258,13 +238,12 @@ async def test_record_usage_refuses_a_count_past_64_bits_so_later_commits_still_
 
 
 async def test_usage_sums_past_64_bits_are_exact_and_the_same_on_every_backend(
-    target: Target, sid: str
+    target: Target, sid: str, tmp_path: Path
 ) -> None:
     """Three turns of the largest usage a turn records: the per-session and store sums
     are exact (SQLite's sum() would overflow, PostgreSQL's is numeric)."""
     # A store of this test's own (tests share the PostgreSQL schema): store.usage() sums it all.
-    options = {} if target.kind == "sqlite" else {"table_prefix": f"u{uuid.uuid4().hex[:8]}_"}
-    store = await target.open(**options)
+    store = await target.fresh(tmp_path).open()
     most = TurnUsage(MAX_INT64, MAX_INT64, MAX_INT64, MAX_INT64, MAX_INT64)
     for n in range(3):
         session = store.session(f"{sid}-{n % 2}")

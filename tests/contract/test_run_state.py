@@ -18,12 +18,8 @@ from agents import Agent, RunConfig, Runner
 from sessions import SQLiteSession, Store, TransactionalSession
 from sessions.errors import CommitConflictError, CommitError, SessionError
 from tests.conftest import Target
-from tests.contract import raw
+from tests.helpers import msg
 from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 def state(label: str) -> str:
@@ -82,14 +78,14 @@ async def test_a_commit_the_database_rejects_applies_neither(
     store: Store[Any], target: Target, sid: str
 ) -> None:
     session = store.session(sid)
-    await raw.add_poison_trigger(target, sid)
+    await target.add_poison_trigger(sid)
     try:
         await session.add_items([msg("poison")])
         session.stage_run_state(state("never"))
         with pytest.raises(CommitError):
             await session.commit()
     finally:
-        await raw.drop_poison_trigger(target)
+        await target.drop_poison_trigger()
     assert await saved(target, sid) == ([], None, 0)
     await session.rollback()
 

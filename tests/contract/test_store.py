@@ -9,12 +9,8 @@ import pytest
 
 from sessions import Store
 from tests.conftest import Target
-from tests.contract import raw
 from tests.contract.proxy import install_proxy
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
 
 
 async def test_list_sessions_pages_in_id_order(store: Store[Any], sid: str) -> None:
@@ -50,10 +46,9 @@ async def test_purge_removes_only_stale_sessions_and_dry_run_removes_nothing(
         session = store.session(session_id)
         await session.add_items([msg(session_id)])
         await session.commit()
-    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {raw.param(target, 1)}",
+    past = target.epoch("1000000000")
+    await target.execute(
+        f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {target.param(1)}",
         old,
     )
     would = await store.purge(timedelta(days=30), dry_run=True)
@@ -79,14 +74,13 @@ async def test_purge_works_through_many_pages(store: Store[Any], target: Target,
 
 
 async def _stale(store: Store[Any], target: Target, ids: list[str]) -> None:
-    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
+    past = target.epoch("1000000000")
     for session_id in ids:
         session = store.session(session_id)
         await session.add_items([msg(session_id)])
         await session.commit()
-        await raw.execute(
-            target,
-            f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {raw.param(target, 1)}",
+        await target.execute(
+            f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {target.param(1)}",
             session_id,
         )
 
@@ -146,12 +140,9 @@ async def test_pruning_batch_records_keeps_recent_ones(
     await session.add_items([msg("1")])
     await session.commit()
     assert await store.prune_batch_records(timedelta(days=1)) == 0  # too recent
-    back = (
-        "committed_at - 172800" if target.kind == "sqlite" else "committed_at - interval '2 days'"
-    )
-    await raw.execute(
-        target,
-        f"UPDATE txs_batches SET committed_at = {back} WHERE session_id = {raw.param(target, 1)}",
+    back = target.ago("committed_at", 2 * 86400)
+    await target.execute(
+        f"UPDATE txs_batches SET committed_at = {back} WHERE session_id = {target.param(1)}",
         sid,
     )
     assert await store.prune_batch_records(timedelta(days=1)) >= 1
@@ -167,12 +158,10 @@ async def _make_stale(target: Target, store: Store[Any], ids: list[str]) -> None
         session = store.session(session_id)
         await session.add_items([msg(session_id)])
         await session.commit()
-    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
+    past = target.epoch("1000000000")
     for session_id in ids:
-        await raw.execute(
-            target,
-            f"UPDATE txs_sessions SET updated_at = {past} "
-            f"WHERE session_id = {raw.param(target, 1)}",
+        await target.execute(
+            f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {target.param(1)}",
             session_id,
         )
 

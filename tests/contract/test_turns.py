@@ -22,13 +22,9 @@ from sessions._history import CALL_OUTPUT, check_history
 from sessions.errors import CommitConflictError, CommitError, SessionError
 from sessions.sqlite import MIGRATIONS
 from tests.conftest import Target
-from tests.contract import raw
+from tests.helpers import msg
 from tests.history_items import call, output
 from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 def shape(turns: list[Turn]) -> list[tuple[int, int, str | None, bool]]:
@@ -148,10 +144,8 @@ async def test_clear_removes_every_turn_record(store: Store[Any], target: Target
     await session.clear_session()
     await session.commit()
     assert await session.turns() == []
-    p1 = raw.param(target, 1)
-    count = await raw.fetch_value(
-        target, f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid
-    )
+    p1 = target.param(1)
+    count = await target.fetch_value(f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid)
     assert int(count) == 0
     await session.clear_session()
     await session.add_items([msg("after")])
@@ -164,10 +158,8 @@ async def test_deleting_a_session_deletes_its_turn_records(
 ) -> None:
     await commit_turns(store.session(sid), 1)
     assert await store.delete_session(sid)
-    p1 = raw.param(target, 1)
-    count = await raw.fetch_value(
-        target, f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid
-    )
+    p1 = target.param(1)
+    count = await target.fetch_value(f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid)
     assert int(count) == 0
 
 
@@ -177,9 +169,7 @@ async def test_history_without_turn_records_reads_as_one_turn(
     """What a store from before schema version 4 holds: items, no turn records."""
     session = store.session(sid)
     await commit_turns(session, 2, 3)
-    await raw.execute(
-        target, f"DELETE FROM txs_turns WHERE session_id = {raw.param(target, 1)}", sid
-    )
+    await target.execute(f"DELETE FROM txs_turns WHERE session_id = {target.param(1)}", sid)
     turns = await session.turns()
     assert shape(turns) == [(1, 5, None, False)] and turns[0].created_at is None
     await commit_turns(session, 1)
@@ -224,7 +214,7 @@ async def test_a_commit_the_database_rejects_records_no_turn_nor_usage_and_the_r
 ) -> None:
     session = store.session(sid)
     await commit_turns(session, 1)
-    await raw.add_poison_trigger(target, sid)
+    await target.add_poison_trigger(sid)
     try:
         await session.add_items([msg("fine"), msg("poison")])
         session.record_usage(TurnUsage(1, 5, 5, 0, 0))
@@ -233,7 +223,7 @@ async def test_a_commit_the_database_rejects_records_no_turn_nor_usage_and_the_r
         assert shape(await store.session(sid).turns()) == [(1, 1, None, False)]
         assert await session.usage() == TurnUsage()
     finally:
-        await raw.drop_poison_trigger(target)
+        await target.drop_poison_trigger()
     await session.commit()
     await session.commit()  # nothing staged: nothing more
     assert shape(await store.session(sid).turns()) == [(1, 1, None, False), (2, 2, None, False)]
@@ -775,7 +765,7 @@ async def test_commits_sharing_one_group_transaction_each_record_their_own_turn(
     test_group_commit.py): one transaction, and still one turn per commit, with its own
     range, run id and usage; three writers of one session make three turns."""
     from tests.contract.proxy import install_proxy
-    from tests.contract.test_group_commit import EARLY, transactions_of, until, writes_held
+    from tests.contract.test_group_commit import EARLY, transactions_of, until
 
     run = uuid.uuid4().hex[:8]
     early = [f"t-{run}-early-{i}" for i in range(EARLY)]
@@ -789,7 +779,7 @@ async def test_commits_sharing_one_group_transaction_each_record_their_own_turn(
         await session.add_items([msg(f"{n}.{i}") for i in range(n % 3 + 1)])
         session.record_usage(TurnUsage(1, n, 0, 0, 0))
     everyone = sessions + writers
-    async with writes_held(target):
+    async with target.writes_held():
         tasks = [asyncio.ensure_future(s.commit()) for s in everyone]
         await until(lambda: proxy.apply_calls == len(tasks), "every commit reached the backend")
     await asyncio.gather(*tasks)

@@ -315,7 +315,7 @@ async def open_ctx(target: TargetLike) -> Ctx:
     real = await target.open()
     return Ctx(
         target=target,
-        reader=RawReader(target),
+        reader=target.raw_reader(),
         real=real,
         gated=GatedStore(real),
         gated_once=GatedStore(real, retry=RetryPolicy(attempts=1, initial_delay=0.0)),

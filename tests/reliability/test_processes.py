@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Target
+from tests.provision import PROVISIONS
 
 from .processes import concurrent_first_use, concurrent_poppers, concurrent_writers, crash_scenario
 
@@ -45,9 +46,6 @@ async def test_concurrent_autocommit_pop_each_item_once(
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_concurrent_first_use_of_fresh_database(kind: str, tmp_path: Any) -> None:
     """6 processes open a database/schema that does not exist yet at the same moment."""
-    if kind == "postgres":
-        from tests.conftest import require_postgres
-
-        require_postgres()
+    PROVISIONS[kind].require()
     _, problems = await concurrent_first_use(kind, procs=6, directory=str(tmp_path))
     assert not problems, "\n".join(problems[:20])
