@@ -20,6 +20,7 @@ import pytest
 from sessions import open_store
 
 from .conftest import PG_DSN, Target, require_postgres
+from .helpers import histories
 
 SECRET = "Hunter2-pw_x"
 
@@ -110,10 +111,7 @@ async def history(url: str) -> dict[str, list[Any]]:
     """Every session's items, read back through the ordinary session API."""
     store = await open_store(url)
     try:
-        return {
-            info.session_id: await store.session(info.session_id).get_items()
-            async for info in store.iter_sessions()
-        }
+        return await histories(store)
     finally:
         await store.close()
 

@@ -34,7 +34,7 @@ from sessions.errors import (
     TransientStorageError,
 )
 from tests.conftest import PG_DSN, require_postgres
-from tests.helpers import msg
+from tests.helpers import hold_session_row, msg, retrying
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -199,11 +199,7 @@ async def test_from_pool_close_waits_for_a_commit_in_flight(pg_schema: str, sid:
         await s.add_items([msg("first")])
         await s.commit()
         # Hold the session row so the next commit waits inside the database.
-        await blocker.execute("BEGIN")
-        await blocker.execute(
-            f"SELECT 1 FROM {store.postgres.table('sessions')} WHERE session_id = $1 FOR UPDATE",
-            sid,
-        )
+        await hold_session_row(blocker, store, sid)
         await s.add_items([msg("second")])
         commit = asyncio.ensure_future(s.commit())
         await _wait_for_lock_waiter()
@@ -437,12 +433,7 @@ async def test_cancelled_apply_leaves_nothing_running_or_open_on_the_server(
         await s.commit()
         rows = await store.postgres.load(sid, None)
         for two_batches in (True, False):  # explicit-transaction path, one-statement path
-            await blocker.execute("BEGIN")
-            await blocker.execute(
-                f"SELECT 1 FROM {store.postgres.table('sessions')} "
-                "WHERE session_id = $1 FOR UPDATE",
-                sid,
-            )
+            await hold_session_row(blocker, store, sid)
             item = json.dumps(msg("never"))
             if two_batches:
                 batches = [
@@ -486,11 +477,7 @@ async def test_command_timeout_while_locked_then_commit_again_applies_once(
         s = store.session(sid)
         await s.add_items([msg("a")])
         await s.commit()
-        await blocker.execute("BEGIN")
-        await blocker.execute(
-            f"SELECT 1 FROM {store.postgres.table('sessions')} WHERE session_id = $1 FOR UPDATE",
-            sid,
-        )
+        await hold_session_row(blocker, store, sid)
         await s.add_items([msg("b")])
         with pytest.raises(CommitError) as info:
             await s.commit()
@@ -637,28 +624,18 @@ async def test_backends_terminated_mid_commit_lose_and_duplicate_nothing(
             )
             kills += killed
 
-    async def retrying(op: Any) -> Any:
-        last: BaseException | None = None
-        for _ in range(50):
-            try:
-                return await op()
-            except (CommitError, TransientStorageError) as exc:
-                last = exc
-                await asyncio.sleep(0.005)
-        raise AssertionError(f"operation never succeeded: {last!r}")
-
     expected: list[dict[str, Any]] = []
     killer_task = asyncio.ensure_future(killer())
     try:
         s = store.session(sid)
         for i in range(200):
             if i % 7 == 6:
-                popped = await retrying(s.pop_item)
+                popped = await retrying(s.pop_item, tries=50, pause=0.005)
                 assert popped == expected.pop()
             new = [msg(f"{i}.0", i=i), msg(f"{i}.1", i=i)]
             await s.add_items(new)
             expected.extend(new)
-            await retrying(s.commit)
+            await retrying(s.commit, tries=50, pause=0.005)
     finally:
         done = True
         await killer_task

@@ -16,9 +16,8 @@ from typing import Any
 import pytest
 
 from sessions import Batch, RetryPolicy
-from sessions.errors import CommitError, TransientStorageError
 from tests.conftest import PG_DSN, require_postgres
-from tests.helpers import msg
+from tests.helpers import msg, retrying
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -83,16 +82,6 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
                 app,
             )
 
-    async def retrying(op: Any) -> Any:
-        last: BaseException | None = None
-        for _ in range(100):
-            try:
-                return await op()
-            except (CommitError, TransientStorageError) as exc:
-                last = exc
-                await asyncio.sleep(0.002)
-        raise AssertionError(f"operation never succeeded: {last!r}")
-
     run = uuid.uuid4().hex[:8]
     expected: dict[str, list[dict[str, Any]]] = {}
 
@@ -102,12 +91,12 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
         session = store.session(sid)
         for i in range(40):
             if i % 9 == 8:
-                popped = await retrying(session.pop_item)
+                popped = await retrying(session.pop_item, tries=100, pause=0.002)
                 assert popped == mine.pop()
             new = [msg(f"{w}.{i}.0", w=w, i=i), msg(f"{w}.{i}.1", w=w, i=i)]
             await session.add_items(new)
             mine.extend(new)
-            await retrying(session.commit)
+            await retrying(session.commit, tries=100, pause=0.002)
 
     killer_task = asyncio.ensure_future(killer())
     try:

@@ -9,6 +9,8 @@ the unknown outcome by batch id and the history holds the batch exactly once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -49,6 +51,19 @@ async def settle_and_check(target: Target, session: Any, sid: str) -> None:
     assert await stored(target, sid) == BEFORE + BATCH
 
 
+@asynccontextmanager
+async def hung_commit(
+    target: Target, sid: str, where: str
+) -> AsyncIterator[tuple[Any, asyncio.Task[Any]]]:
+    """A session whose ``commit()`` (the returned task) is hung in the database at ``where``."""
+    store = await target.open(commit_timeout=BOUND)
+    session = await start_hung_commit(target, store, sid)
+    async with target.hang(store, sid, where) as h:
+        task = asyncio.create_task(session.commit())
+        await h.reached()
+        yield session, task
+
+
 async def start_hung_commit(target: Target, store: Store[Any], sid: str) -> Any:
     session = store.session(sid)
     await session.add_items(BEFORE)
@@ -61,11 +76,7 @@ async def start_hung_commit(target: Target, store: Store[Any], sid: str) -> Any:
 async def test_a_cancelled_caller_of_commit_into_a_hung_database_is_released_within_the_bound(
     target: Target, sid: str, where: str
 ) -> None:
-    store = await target.open(commit_timeout=BOUND)
-    session = await start_hung_commit(target, store, sid)
-    async with target.hang(store, sid, where) as h:
-        task = asyncio.create_task(session.commit())
-        await h.reached()
+    async with hung_commit(target, sid, where) as (session, task):
         task.cancel()
         await released_within_bound(task)
         assert task.cancelled(), "the caller's CancelledError was not re-raised"
@@ -77,11 +88,7 @@ async def test_a_cancelled_caller_of_commit_into_a_hung_database_is_released_wit
 async def test_commit_into_a_hung_database_raises_an_unknown_outcome_at_the_bound(
     target: Target, sid: str, where: str
 ) -> None:
-    store = await target.open(commit_timeout=BOUND)
-    session = await start_hung_commit(target, store, sid)
-    async with target.hang(store, sid, where) as h:
-        task = asyncio.create_task(session.commit())
-        await h.reached()
+    async with hung_commit(target, sid, where) as (session, task):
         await released_within_bound(task)
         with pytest.raises(CommitError) as info:
             task.result()

@@ -32,7 +32,7 @@ from sessions.errors import (
 from tests.conftest import Target
 from tests.contract import raw
 from tests.contract.proxy import gate_apply, install_proxy
-from tests.helpers import msg
+from tests.helpers import committed, msg
 
 
 async def stored(target: Target, session_id: str) -> list[Any]:
@@ -46,9 +46,7 @@ async def stored(target: Target, session_id: str) -> list[Any]:
 async def test_commit_is_all_or_nothing_when_the_database_fails_mid_batch(
     store: Store[Any], target: Target, sid: str
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("before")])
-    await session.commit()
+    session = await committed(store, sid, "before")
     await target.add_poison_trigger(sid)
     try:
         await session.pop_item()  # a staged pop of committed history...
@@ -208,9 +206,7 @@ async def test_garbage_collected_session_with_staged_changes_warns(
 
 
 async def test_clean_close_does_not_warn(store: Store[Any], sid: str) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("1")])
-    await session.commit()
+    session = await committed(store, sid, "1")
     await session.close()  # filterwarnings=error would fail the test on any warning
 
 

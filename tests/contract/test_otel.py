@@ -26,7 +26,7 @@ from sessions.otel import instrument
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy
 from tests.contract.test_group_commit import EARLY, until
-from tests.helpers import msg
+from tests.helpers import committed, msg
 
 SYSTEM = {"sqlite": "sqlite", "postgres": "postgresql"}
 
@@ -132,9 +132,7 @@ async def test_a_commit_retried_after_a_transient_failure_reports_its_retries_an
             raise failures.pop()
 
     proxy.before_apply = fail_once
-    session = store.session(sid)
-    await session.add_items([msg("x")])
-    await session.commit()
+    await committed(store, sid, "x")
     assert telemetry.count("txsessions.commit.retries", db_system_name=system) == 1
     (span,) = [s for s in telemetry.spans.get_finished_spans() if s.name.startswith("commit")]
     assert span.attributes is not None and span.attributes["txsessions.attempts"] == 2
@@ -160,9 +158,7 @@ async def test_commits_that_shared_one_transaction_report_the_group_size(
 async def test_the_wait_for_a_pooled_connection_is_reported_by_postgresql_alone(
     store: Store[Any], target: Target, sid: str, telemetry: Telemetry
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("x")])
-    await session.commit()
+    await committed(store, sid, "x")
     waits = telemetry.count("db.client.connection.wait_time", db_system_name=SYSTEM[target.kind])
     if target.pooled:
         assert waits >= 1
@@ -173,9 +169,7 @@ async def test_the_wait_for_a_pooled_connection_is_reported_by_postgresql_alone(
 async def test_after_uninstrument_nothing_more_is_reported(
     store: Store[Any], sid: str, telemetry: Telemetry
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("x")])
-    await session.commit()
+    session = await committed(store, sid, "x")
     telemetry.instrumentation.uninstrument()
     await session.add_items([msg("y")])
     await session.commit()

@@ -16,7 +16,7 @@ import pytest
 from sessions import Store, TurnUsage
 from sessions._transfer import ImportFileError, import_sessions
 from tests.conftest import Target
-from tests.helpers import age, msg
+from tests.helpers import age, commit_one, msg
 
 # The documented limits (docs/catalogue.md), written out: a change to one fails here.
 MAX_TTL = MAX_DURATION = timedelta(days=36525)  # 100 years
@@ -33,14 +33,6 @@ def nested(depth: int) -> dict[str, Any]:
         here["a"] = {}
         here = here["a"]
     return top
-
-
-async def _commit(store: Store[Any], session_id: str, **info: Any) -> None:
-    session = store.session(session_id)
-    if info:
-        session.set_info(**info)
-    await session.add_items([msg(session_id)])
-    await session.commit()
 
 
 async def _still_commits(store: Store[Any], session_id: str) -> None:
@@ -78,7 +70,7 @@ async def test_a_ttl_over_100_years_is_refused_naming_ttl_in_set_info_and_store_
     await _still_commits(store, sid)
 
     # 100 years itself is accepted, and listing and purging work around it.
-    await _commit(store, f"{sid}-max", ttl=MAX_TTL)
+    await commit_one(store, f"{sid}-max", ttl=MAX_TTL)
     info = await store.session_info(f"{sid}-max")
     assert info is not None and info.ttl == MAX_TTL
     assert info.expires_at() == info.updated_at + MAX_TTL
@@ -96,7 +88,7 @@ async def test_a_ttl_stored_past_100_years_by_an_older_version_breaks_no_listing
     store = await target.open()
     huge, beyond, expired = f"{sid}-huge", f"{sid}-beyond", f"{sid}-expired"
     for session_id in (huge, beyond, expired):
-        await _commit(store, session_id)
+        await commit_one(store, session_id)
     for session_id, seconds in ((huge, 86_400.0 * 999_999_999), (beyond, 1e300), (expired, 60.0)):
         await _set_ttl(target, session_id, seconds)
     await age(target, expired, 3600)
@@ -158,7 +150,7 @@ async def test_purge_and_prune_refuse_an_older_than_over_100_years_with_a_value_
 async def test_limits_past_64_bits_are_refused_naming_them_instead_of_overflowing(
     store: Store[Any], sid: str
 ) -> None:
-    await _commit(store, sid)
+    await commit_one(store, sid)
     session = store.session(sid)
     with pytest.raises(ValueError, match=r"limit must be at most 9223372036854775807"):
         await session.get_items(limit=2**70)
@@ -289,7 +281,7 @@ async def test_metadata_nested_past_the_limit_is_a_value_error_naming_metadata(
     with pytest.raises(ValueError, match=r"metadata contains a reference cycle"):
         session.set_info(metadata=looped)
     deepest = nested(MAX_METADATA_DEPTH)
-    await _commit(store, sid, metadata=deepest)
+    await commit_one(store, sid, metadata=deepest)
     info = await store.session_info(sid)
     assert info is not None and info.metadata == deepest
 
@@ -297,7 +289,7 @@ async def test_metadata_nested_past_the_limit_is_a_value_error_naming_metadata(
 async def test_metadata_text_spelling_a_backslash_u0000_is_text_not_a_nul(
     store: Store[Any], sid: str
 ) -> None:
-    await _commit(store, sid, metadata={"path": "C:\\u0000", "k\\u0000": 1})
+    await commit_one(store, sid, metadata={"path": "C:\\u0000", "k\\u0000": 1})
     info = await store.session_info(sid)
     assert info is not None and info.metadata == {"path": "C:\\u0000", "k\\u0000": 1}
     with pytest.raises(ValueError, match=r"metadata\['path'\] must not contain NUL"):

@@ -10,7 +10,7 @@ import pytest
 from sessions import Store
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy
-from tests.helpers import msg
+from tests.helpers import committed, msg
 
 
 async def test_list_sessions_pages_in_id_order(store: Store[Any], sid: str) -> None:
@@ -28,9 +28,7 @@ async def test_list_sessions_pages_in_id_order(store: Store[Any], sid: str) -> N
 
 
 async def test_delete_session_removes_history_and_metadata(store: Store[Any], sid: str) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("1")])
-    await session.commit()
+    await committed(store, sid, "1")
     assert (await store.session_info(sid)) is not None
     assert await store.delete_session(sid) is True
     assert await store.delete_session(sid) is False
@@ -136,9 +134,7 @@ async def test_delete_stale_keeps_a_session_written_after_it_was_listed_and_dele
 async def test_pruning_batch_records_keeps_recent_ones(
     store: Store[Any], target: Target, sid: str
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("1")])
-    await session.commit()
+    session = await committed(store, sid, "1")
     assert await store.prune_batch_records(timedelta(days=1)) == 0  # too recent
     back = target.ago("committed_at", 2 * 86400)
     await target.execute(
