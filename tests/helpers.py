@@ -6,6 +6,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+import pytest
+
 from sessions import Store
 from sessions.errors import CommitError, TransientStorageError
 from tests.provision import Provision
@@ -78,3 +80,83 @@ async def hold_session_row(conn: Any, store: Any, session_id: str) -> None:
         f"SELECT 1 FROM {store.postgres.table('sessions')} WHERE session_id = $1 FOR UPDATE",
         session_id,
     )
+
+
+def approval_agent(runs: list[str] | None = None) -> Any:
+    """An agent whose tool needs approval: its first run calls ``delete_account("ann")`` and
+    stops for approval; resumed, it answers "done: deleted". ``runs``: the tool's calls."""
+    from agents import Agent, function_tool
+
+    from tests.sdk import ScriptedModel, assistant_message, function_call
+
+    @function_tool(needs_approval=True)
+    def delete_account(user: str) -> str:
+        """Delete the user's account."""
+        if runs is not None:
+            runs.append(user)
+        return f"deleted {user}"
+
+    model = ScriptedModel(
+        [
+            [function_call("delete_account", {"user": "ann"}, call_id="c1")],
+            [assistant_message("done: deleted")],
+        ]
+    )
+    return Agent(name="admin", model=model, tools=[delete_account])
+
+
+async def pause_for_approval(session: Any, agent: Any) -> None:
+    """Run ``agent`` on "delete ann" in a transaction that stages the paused run's state."""
+    from agents import RunConfig, Runner
+
+    async with session.transaction():
+        result = await Runner.run(
+            agent, "delete ann", session=session, run_config=RunConfig(tracing_disabled=True)
+        )
+        assert result.interruptions
+        session.stage_run_state(result.to_state())
+
+
+async def approve_and_resume(session: Any, agent: Any) -> None:
+    """Load the saved run state, approve every interruption, resume to the answer and
+    discard the state, in one transaction."""
+    from agents import RunConfig, Runner
+
+    async with session.transaction():
+        state = await session.load_run_state(agent)
+        for interruption in state.get_interruptions():
+            state.approve(interruption)
+        result = await Runner.run(
+            agent, state, session=session, run_config=RunConfig(tracing_disabled=True)
+        )
+        assert result.final_output == "done: deleted"
+        session.discard_run_state()
+
+
+class ListSession:
+    """A minimal SDK session over a list, whose methods do not take the run context (the
+    SDK's original protocol)."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.items: list[Any] = []
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        return list(self.items if limit is None else self.items[max(0, len(self.items) - limit) :])
+
+    async def add_items(self, items: list[Any]) -> None:
+        self.items.extend(items)
+
+    async def pop_item(self) -> Any:
+        return self.items.pop() if self.items else None
+
+    async def clear_session(self) -> None:
+        self.items.clear()
+
+
+def shown_and_clean(capsys: pytest.CaptureFixture[str], line: str, problems: list[str]) -> None:
+    """Print ``line`` past pytest's capture (figures worth seeing), then fail on the first
+    20 ``problems`` if there are any."""
+    with capsys.disabled():
+        print(f"\n{line}")
+    assert not problems, "\n".join(problems[:20])

@@ -25,6 +25,7 @@ from sessions.errors import (
 )
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy
+from tests.helpers import ListSession
 from tests.history_items import assistant, call, output, reasoning, user
 
 PAIRS = sorted(CALL_OUTPUT.items())
@@ -369,25 +370,15 @@ async def test_open_store_takes_integrity_from_the_url(target: Target) -> None:
         await open_store(f"{target.url}{sep}integrity=maybe")
 
 
-class _Inner:
+class _Inner(ListSession):
     """A minimal SDK session in memory (what the wrapper wraps)."""
 
     def __init__(self) -> None:
-        self.session_id = "inner"
-        self.items: list[Any] = []
+        super().__init__("inner")
         self.session_settings = None
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         return list(self.items if limit is None else self.items[-limit:])
-
-    async def add_items(self, items: list[Any]) -> None:
-        self.items.extend(items)
-
-    async def pop_item(self) -> Any:
-        return self.items.pop() if self.items else None
-
-    async def clear_session(self) -> None:
-        self.items.clear()
 
 
 async def test_the_wrapper_rejects_by_default_and_refuses_quarantine() -> None:

@@ -162,13 +162,20 @@ async def _make_stale(target: Target, store: Store[Any], ids: list[str]) -> None
         )
 
 
+async def _stale_and_proxied(
+    target: Target, store: Store[Any], sid: str, n: int
+) -> tuple[list[str], Any, Any]:
+    """``n`` stale sessions, a proxy on the store's backend, and its real listing."""
+    ids = [f"{sid}-{i}" for i in range(n)]
+    await _make_stale(target, store, ids)
+    proxy = install_proxy(store)
+    return ids, proxy, proxy.inner.stale_sessions
+
+
 async def test_purge_keeps_a_session_written_to_after_it_was_listed(
     store: Store[Any], target: Target, sid: str
 ) -> None:
-    ids = [f"{sid}-{i}" for i in range(3)]
-    await _make_stale(target, store, ids)
-    proxy = install_proxy(store)
-    listing = proxy.inner.stale_sessions
+    ids, proxy, listing = await _stale_and_proxied(target, store, sid, 3)
 
     async def list_then_write(*args: Any, **kwargs: Any) -> Any:
         page = await listing(*args, **kwargs)
@@ -189,10 +196,7 @@ async def test_purge_keeps_a_session_written_to_after_it_was_listed(
 async def test_purge_dry_run_lists_a_page_at_a_time(
     store: Store[Any], target: Target, sid: str
 ) -> None:
-    ids = [f"{sid}-{i}" for i in range(5)]
-    await _make_stale(target, store, ids)
-    proxy = install_proxy(store)
-    listing = proxy.inner.stale_sessions
+    ids, proxy, listing = await _stale_and_proxied(target, store, sid, 5)
     limits: list[int] = []
 
     async def spy(*args: Any, **kwargs: Any) -> Any:

@@ -8,7 +8,6 @@ that need raw SQL (``store`` / ``target``: SQLite and PostgreSQL).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,11 +19,11 @@ from agents import Agent, RunConfig, Runner
 from sessions import SQLiteStore, Store, TransactionalSession, Turn, TurnUsage
 from sessions._history import CALL_OUTPUT, check_history
 from sessions.errors import CommitConflictError, CommitError, SessionError
-from sessions.sqlite import MIGRATIONS
 from tests.conftest import Target
-from tests.helpers import msg
+from tests.helpers import approval_agent, approve_and_resume, msg, pause_for_approval
 from tests.history_items import call, output
-from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk
+from tests.provision.sqlite import old_database
+from tests.sdk import ScriptedModel, assistant_message, need_sdk
 
 
 def shape(turns: list[Turn]) -> list[tuple[int, int, str | None, bool]]:
@@ -182,13 +181,7 @@ async def test_a_sqlite_file_from_schema_version_2_reads_its_history_as_one_turn
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "old.db")
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("CREATE TABLE txs_schema (version INTEGER NOT NULL)")
-    for number, statements in MIGRATIONS:
-        if number <= 2:
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute("INSERT INTO txs_schema (version) VALUES (?)", (number,))
+    conn = old_database(path, 2)
     conn.execute(
         "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
         "VALUES ('old', 0, 0, 3, 4)"
@@ -622,34 +615,11 @@ async def test_after_an_approval_get_items_turns_1_is_input_the_api_takes(
     with the resumed one (turn 2). ``get_items(turns=1)`` holds no orphan output, and
     rewind and fork refuse the cut between the two turns."""
     need_sdk("approvals")
-    from agents import function_tool
 
-    @function_tool(needs_approval=True)
-    def delete_account(user: str) -> str:
-        """Delete the user's account."""
-        return f"deleted {user}"
-
-    model = ScriptedModel(
-        [
-            [function_call("delete_account", {"user": "ann"}, call_id="c1")],
-            [assistant_message("done: deleted")],
-        ]
-    )
-    agent = Agent(name="admin", model=model, tools=[delete_account])
-    config = RunConfig(tracing_disabled=True)
-    session = tstore.session(sid)
-    async with session.transaction():
-        result = await Runner.run(agent, "delete ann", session=session, run_config=config)
-        assert result.interruptions
-        session.stage_run_state(result.to_state())
+    agent = approval_agent()
+    await pause_for_approval(tstore.session(sid), agent)
     later = tstore.session(sid)  # the next request
-    async with later.transaction():
-        state = await later.load_run_state(agent)
-        for interruption in state.get_interruptions():
-            state.approve(interruption)
-        result = await Runner.run(agent, state, session=later, run_config=config)
-        assert result.final_output == "done: deleted"
-        later.discard_run_state()
+    await approve_and_resume(later, agent)
 
     turns = await later.turns()
     assert len(turns) == 2

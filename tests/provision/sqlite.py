@@ -256,3 +256,18 @@ def _sqlite_raw(path: str, session_id: str) -> RawSession:
         None if meta is None else (meta[0], meta[1], when(meta[2]), when(meta[3])),
         [(batch_id, when(at)) for batch_id, at in records],
     )
+
+
+def old_database(path: str | Path, version: int) -> sqlite3.Connection:
+    """A database file holding the store's schema as migrations up to ``version`` left it
+    (an old store to open); the connection to it, in autocommit mode."""
+    from sessions.sqlite import MIGRATIONS
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE txs_schema (version INTEGER NOT NULL)")
+    for number, statements in MIGRATIONS:
+        if number <= version:
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("INSERT INTO txs_schema (version) VALUES (?)", (number,))
+    return conn
