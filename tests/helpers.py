@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +15,8 @@ import pytest
 from sessions import Store
 from sessions.errors import CommitError, TransientStorageError
 from tests.provision import Provision
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def msg(text: str, role: str = "user", **extra: Any) -> dict[str, Any]:
@@ -160,3 +166,17 @@ def shown_and_clean(capsys: pytest.CaptureFixture[str], line: str, problems: lis
     with capsys.disabled():
         print(f"\n{line}")
     assert not problems, "\n".join(problems[:20])
+
+
+def run_benchmark(name: str, out: Path, *args: str) -> Any:
+    """``python -m benchmarks.<name> --quick --out <out> <args>`` from the repository root,
+    which must succeed; the JSON report it wrote (``<out>/<name>.json``)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", "--quick", "--out", str(out), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads((out / f"{name}.json").read_text())
