@@ -31,6 +31,7 @@ from tests.provision.postgres import (  # noqa: F401 - imported from here by man
     DEFAULT_PG_DSN,
     PG_DSN,
     drop_schema,
+    pg_execute,
     postgres_problem,
     require_postgres,
     run_outside_loop,
@@ -55,6 +56,16 @@ def pg_schema() -> Iterator[str]:
     """A schema of this test run's own, dropped afterwards."""
     require_postgres()
     name = f"txs_test_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    yield name
+    run_outside_loop(drop_schema(name))
+
+
+@pytest.fixture
+def sdk_pg_schema() -> Iterator[str]:
+    """A throwaway PostgreSQL schema for the SDK's SQLAlchemySession tables."""
+    require_postgres()
+    name = f"txs_sdk_{uuid.uuid4().hex[:10]}"
+    run_outside_loop(pg_execute(f'CREATE SCHEMA "{name}"'))
     yield name
     run_outside_loop(drop_schema(name))
 

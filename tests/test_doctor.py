@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +21,7 @@ from sessions import open_store
 from sessions._commit import write_batches
 from sessions._doctor import check_rows, check_store, repair_batch
 
-from .conftest import PG_DSN, Target, require_postgres
+from .conftest import PG_DSN, Target
 from .provision import SQLiteProvision
 from .test_cli import Result, cli, one_error_line
 
@@ -397,22 +396,6 @@ async def test_doctor_reads_sqlalchemy_session_tables_by_their_url(tmp_path: Pat
     report = _report(result)
     assert result.code == 1 and report["kind"] == "sdk"
     assert _found(report) == {("chat", 1, "missing_output")}
-
-
-@pytest.fixture
-async def sdk_pg_schema() -> AsyncIterator[str]:
-    """A throwaway PostgreSQL schema for the SDK's SQLAlchemySession tables."""
-    require_postgres()
-    import asyncpg
-
-    name = f"txs_sdk_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(PG_DSN)
-    try:
-        await conn.execute(f'CREATE SCHEMA "{name}"')
-        yield name
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
 
 
 async def test_doctor_sdk_reads_sqlalchemy_session_tables_on_postgres(

@@ -35,6 +35,7 @@ from sessions.errors import (
 )
 from tests.conftest import PG_DSN, require_postgres
 from tests.helpers import hold_session_row, msg, retrying
+from tests.provision.postgres import drop_schema
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -58,20 +59,12 @@ def pg() -> None:
     require_postgres()
 
 
-async def _drop_schema(name: str) -> None:
-    conn = await asyncpg.connect(PG_DSN)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
-
-
 @pytest.fixture
 async def fresh_schema(pg: None) -> AsyncIterator[str]:
     """A schema name nobody has used yet (it does not exist); dropped afterwards."""
     name = f"txs_t_{uuid.uuid4().hex[:12]}"
     yield name
-    await _drop_schema(name)
+    await drop_schema(name)
 
 
 @pytest.fixture
@@ -864,12 +857,17 @@ def pgbouncer_dsn(pg: None) -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+async def bouncer_store(dsn: str, schema: str) -> PostgresStore:
+    """A store through PgBouncer: 6 clients, unnamed statements (``statement_cache_size=0``)."""
+    return await PostgresStore.open(
+        dsn, schema=schema, min_size=1, max_size=6, statement_cache_size=0
+    )
+
+
 async def test_pgbouncer_transaction_pooling(pgbouncer_dsn: str, fresh_schema: str) -> None:
     """Through PgBouncer (transaction mode, 2 server connections for 6 clients) with
     statement_cache_size=0: migrations, both commit paths, admin, concurrency."""
-    store = await PostgresStore.open(
-        pgbouncer_dsn, schema=fresh_schema, min_size=1, max_size=6, statement_cache_size=0
-    )
+    store = await bouncer_store(pgbouncer_dsn, fresh_schema)
     try:
 
         async def writer(k: int) -> None:

@@ -22,7 +22,11 @@ from tests.helpers import msg, retrying
 asyncpg = pytest.importorskip("asyncpg")
 
 from sessions.postgres import PostgresStore  # noqa: E402 - needs asyncpg
-from tests.test_postgres import fresh_schema, pgbouncer_dsn  # noqa: E402, F401 - fixtures
+from tests.test_postgres import (  # noqa: E402, F401 - fixtures, and a store through them
+    bouncer_store,
+    fresh_schema,
+    pgbouncer_dsn,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -211,9 +215,7 @@ async def test_groups_through_pgbouncer_in_transaction_pooling_mode(
     """A group is one implicit transaction of pipelined statements: PgBouncer (transaction
     mode, 2 server connections) must keep it on one server connection, also with
     unnamed statements (``statement_cache_size=0``)."""
-    store = await PostgresStore.open(
-        pgbouncer_dsn, schema=fresh_schema, min_size=1, max_size=6, statement_cache_size=0
-    )
+    store = await bouncer_store(pgbouncer_dsn, fresh_schema)
     try:
 
         async def writer(k: int) -> None:
