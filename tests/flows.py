@@ -20,6 +20,7 @@ import pytest
 
 from sessions import BufferedSession, Store, TransactionalSession
 from tests.conftest import Target, make_target
+from tests.helpers import msg
 from tests.sdk import SINCE, has
 from tests.sdk import need_sdk as _need_sdk
 
@@ -92,10 +93,6 @@ def need_sdk(feature: str) -> None:
 OUR_KINDS = ["sqlite-autocommit", "sqlite-buffered", "postgres-autocommit", "postgres-buffered"]
 KINDS = [*OUR_KINDS, "wrapper-autocommit", "wrapper-buffered"]
 BUFFERED_KINDS = [kind for kind in KINDS if kind.endswith("buffered")]
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 def compaction_session() -> Any:

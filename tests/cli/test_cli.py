@@ -19,6 +19,7 @@ import pytest
 
 from sessions import open_store
 from tests.conftest import PG_DSN, Target, require_postgres
+from tests.helpers import histories
 
 SECRET = "Hunter2-pw_x"
 
@@ -84,9 +85,7 @@ def one_error_line(result: Result, *words: str) -> str:
 def fresh_url(target: Target, tmp_path: Path) -> str:
     """A URL of an empty store of the target's kind (a new file, or a new table prefix
     in the test run's schema so that tests sharing the schema never see each other)."""
-    if target.kind == "sqlite":
-        return f"sqlite:///{tmp_path / f'{uuid.uuid4().hex[:8]}.db'}"
-    return f"{target.url}&table_prefix=t{uuid.uuid4().hex[:10]}_"
+    return target.fresh(tmp_path).url
 
 
 @pytest.fixture
@@ -111,10 +110,7 @@ async def history(url: str) -> dict[str, list[Any]]:
     """Every session's items, read back through the ordinary session API."""
     store = await open_store(url)
     try:
-        return {
-            info.session_id: await store.session(info.session_id).get_items()
-            async for info in store.iter_sessions()
-        }
+        return await histories(store)
     finally:
         await store.close()
 

@@ -14,14 +14,20 @@ import pytest
 from sessions import open_store
 from tests.conftest import Target
 
-from .test_cli import cli, fresh_url, one_error_line
+from .test_cli import cli, one_error_line
 
 EVIL = "ev[bold]il\x1b[2J\u202e"
 
 
 @pytest.fixture
-async def catalogued(target: Target, tmp_path: Path) -> AsyncIterator[str]:
-    url = fresh_url(target, tmp_path)
+def catalogue_db(target: Target, tmp_path: Path) -> Target:
+    """The empty store the catalogue is written to."""
+    return target.fresh(tmp_path)
+
+
+@pytest.fixture
+async def catalogued(catalogue_db: Target) -> AsyncIterator[str]:
+    url = catalogue_db.url
     store = await open_store(url)
     try:
         for session_id, user, tags, title in (
@@ -107,20 +113,10 @@ async def test_delete_user_asks_first_and_erases_only_that_user(catalogued: str)
 
 
 async def test_purge_without_older_than_deletes_expired_sessions(
-    catalogued: str, target: Target
+    catalogued: str, catalogue_db: Target
 ) -> None:
-    from tests.contract import raw
-
-    table = "txs_sessions"
-    if target.kind != "sqlite":
-        table = catalogued.rsplit("table_prefix=", 1)[1] + "sessions"
-        target = Target(target.kind, target.url, pg_schema=target.pg_schema)
-    else:
-        target = Target("sqlite", catalogued, sqlite_path=catalogued.removeprefix("sqlite:///"))
-    moved = (
-        "updated_at - 3 * 86400" if target.kind == "sqlite" else "updated_at - interval '3 days'"
-    )
-    await raw.execute(target, f"UPDATE {table} SET updated_at = {moved}")
+    moved = catalogue_db.ago("updated_at", 3 * 86400)
+    await catalogue_db.execute(f"UPDATE {catalogue_db.table('sessions')} SET updated_at = {moved}")
     url = _with_ttl(catalogued, 4 * 86400)  # c-4's own TTL (2 days) has elapsed
     dry = await cli("purge", "--dry-run", "--db", url)
     assert dry.code == 0, dry.err

@@ -37,7 +37,7 @@ from sessions._serde import encode_items
 from sessions.cli import main
 from sessions.cli.app import COMMANDS
 from sessions.cli.render import literal
-from tests.conftest import BACKENDS, make_target
+from tests.conftest import BACKENDS, Target, make_target
 
 from .test_cli import seed
 
@@ -127,16 +127,12 @@ def run(*args: str, stdin: str = "") -> Run:
 
 @dataclass
 class Stores:
-    kind: str
-    base: str
+    target: Target
     tmp: Path
 
     def fresh(self) -> str:
         """The URL of an empty store (a new file, or a new table prefix)."""
-        tag = uuid.uuid4().hex[:10]
-        if self.kind == "sqlite":
-            return f"sqlite:///{self.tmp / f'{tag}.db'}"
-        return f"{self.base}&table_prefix=p{tag}_"
+        return self.target.fresh(self.tmp).url
 
 
 @pytest.fixture(params=BACKENDS)
@@ -145,8 +141,7 @@ def stores(
 ) -> Iterator[Stores]:
     monkeypatch.setenv("COLUMNS", "400")  # long escaped ids stay on one table line
     monkeypatch.delenv("SESSIONS_DATABASE_URL", raising=False)
-    target = make_target(request.param, tmp_path, request)
-    yield Stores(target.kind, target.url, tmp_path)
+    yield Stores(make_target(request.param, tmp_path, request), tmp_path)
 
 
 async def _sdk_file(path: Path, sessions: dict[str, list[Any]]) -> None:

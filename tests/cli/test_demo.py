@@ -18,6 +18,7 @@ need_sdk("agents.testing")
 
 from sessions import BufferedSession, SQLiteStore  # noqa: E402
 from sessions._demo import run_demo  # noqa: E402
+from tests.helpers import histories  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 EXPECTED_ROLES = [
@@ -43,10 +44,7 @@ def stored_sessions(path: Path) -> dict[str, list[dict[str, Any]]]:
     async def read() -> dict[str, list[dict[str, Any]]]:
         store = await SQLiteStore.open(path)
         try:
-            return {
-                info.session_id: await store.session(info.session_id).get_items()
-                async for info in store.iter_sessions()
-            }
+            return await histories(store)
         finally:
             await store.close()
 

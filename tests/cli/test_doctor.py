@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
-import time
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,7 +20,8 @@ import pytest
 from sessions import open_store
 from sessions._commit import write_batches
 from sessions._doctor import check_rows, check_store, repair_batch
-from tests.conftest import PG_DSN, Target, require_postgres
+from tests.conftest import PG_DSN, Target
+from tests.provision import SQLiteProvision
 
 from .test_cli import Result, cli, one_error_line
 
@@ -114,69 +112,34 @@ def plan(count: int) -> Planted:
     return planted
 
 
+async def _build(db: Target, planted: Planted) -> None:
+    """Write ``planted`` straight into an empty store's tables (bulk, past the package)."""
+    store = await open_store(db.url)  # our schema, every migration
+    await store.close()
+    now = db.stamp(datetime.now(timezone.utc))
+    await db.bulk_insert(
+        "sessions",
+        ["session_id", "created_at", "updated_at", "item_count", "next_seq"],
+        [(sid, now, now, len(r), len(r) + 1) for sid, r in planted.rows.items()],
+    )
+    await db.bulk_insert(
+        "items",
+        ["session_id", "seq", "batch_id", "data"],
+        [
+            (sid, key, "seed", text)
+            for sid, rows in planted.rows.items()
+            for key, text in enumerate(rows, 1)
+        ],
+    )
+    await db.bulk_insert(
+        "run_states",
+        ["session_id", "version", "data", "label", "updated_at"],
+        [(sid, 1, "{}", None, now) for sid in planted.pending],
+    )
+
+
 async def _build_sqlite(path: str, planted: Planted) -> None:
-    store = await open_store(f"sqlite:///{path}")  # our schema, every migration
-    await store.close()
-
-    def write() -> None:
-        now = time.time()
-        conn = sqlite3.connect(path)
-        with conn:
-            conn.executemany(
-                "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
-                "VALUES (?, ?, ?, ?, ?)",
-                ((sid, now, now, len(rows), len(rows) + 1) for sid, rows in planted.rows.items()),
-            )
-            conn.executemany(
-                "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, 'seed', ?)",
-                (
-                    (sid, key, text)
-                    for sid, rows in planted.rows.items()
-                    for key, text in enumerate(rows, 1)
-                ),
-            )
-            conn.executemany(
-                "INSERT INTO txs_run_states (session_id, version, data, label, updated_at) "
-                "VALUES (?, 1, '{}', NULL, ?)",
-                ((sid, now) for sid in planted.pending),
-            )
-        conn.close()
-
-    await asyncio.to_thread(write)
-
-
-async def _build_postgres(url: str, schema: str, prefix: str, planted: Planted) -> None:
-    import asyncpg
-
-    store = await open_store(url)
-    await store.close()
-    now = datetime.now(timezone.utc)
-    conn = await asyncpg.connect(PG_DSN)
-    try:
-        await conn.copy_records_to_table(
-            f"{prefix}sessions",
-            schema_name=schema,
-            columns=["session_id", "created_at", "updated_at", "item_count", "next_seq"],
-            records=[(sid, now, now, len(r), len(r) + 1) for sid, r in planted.rows.items()],
-        )
-        await conn.copy_records_to_table(
-            f"{prefix}items",
-            schema_name=schema,
-            columns=["session_id", "seq", "batch_id", "data"],
-            records=[
-                (sid, key, "seed", text)
-                for sid, rows in planted.rows.items()
-                for key, text in enumerate(rows, 1)
-            ],
-        )
-        await conn.copy_records_to_table(
-            f"{prefix}run_states",
-            schema_name=schema,
-            columns=["session_id", "version", "data", "label", "updated_at"],
-            records=[(sid, 1, "{}", None, now) for sid in planted.pending],
-        )
-    finally:
-        await conn.close()
+    await _build(SQLiteProvision(path), planted)
 
 
 @dataclass
@@ -188,15 +151,9 @@ class BigStore:
 @pytest.fixture
 async def big(target: Target, tmp_path: Path) -> BigStore:
     planted = plan(SIZES[target.kind])
-    if target.kind == "sqlite":
-        path = str(tmp_path / "big.db")
-        await _build_sqlite(path, planted)
-        return BigStore(f"sqlite:///{path}", planted)
-    assert target.pg_schema is not None
-    prefix = f"d{uuid.uuid4().hex[:10]}_"
-    url = f"{target.url}&table_prefix={prefix}"
-    await _build_postgres(url, target.pg_schema, prefix, planted)
-    return BigStore(url, planted)
+    db = target.fresh(tmp_path)
+    await _build(db, planted)
+    return BigStore(db.url, planted)
 
 
 def _report(result: Result) -> dict[str, Any]:
@@ -439,22 +396,6 @@ async def test_doctor_reads_sqlalchemy_session_tables_by_their_url(tmp_path: Pat
     report = _report(result)
     assert result.code == 1 and report["kind"] == "sdk"
     assert _found(report) == {("chat", 1, "missing_output")}
-
-
-@pytest.fixture
-async def sdk_pg_schema() -> AsyncIterator[str]:
-    """A throwaway PostgreSQL schema for the SDK's SQLAlchemySession tables."""
-    require_postgres()
-    import asyncpg
-
-    name = f"txs_sdk_{uuid.uuid4().hex[:10]}"
-    conn = await asyncpg.connect(PG_DSN)
-    try:
-        await conn.execute(f'CREATE SCHEMA "{name}"')
-        yield name
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
 
 
 async def test_doctor_sdk_reads_sqlalchemy_session_tables_on_postgres(

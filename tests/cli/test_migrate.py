@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from agents import SQLiteSession
 
 from sessions import open_store
 from sessions._migrate import migrate, open_source
-from tests.conftest import PG_DSN, Target, require_postgres
+from tests.conftest import PG_DSN, Target
 from tests.sdk import sdk_import
 
 from .test_cli import cli, fresh_url, history, one_error_line, seed
@@ -198,26 +198,6 @@ async def test_migrate_sqlalchemy_session_sqlite(tmp_path: Path) -> None:
     again = await cli("migrate", "--from", url, "--to", db)
     assert again.code == 0 and "0 items copied, 626 already present" in again.out
     assert await history(db) == expected
-
-
-@pytest.fixture
-def sdk_pg_schema() -> Iterator[str]:
-    """A throwaway PostgreSQL schema for the SDK's SQLAlchemySession tables."""
-    require_postgres()
-    import asyncpg
-
-    name = f"txs_sdk_{uuid.uuid4().hex[:10]}"
-
-    async def run(sql: str) -> None:
-        conn = await asyncpg.connect(PG_DSN)
-        try:
-            await conn.execute(sql)
-        finally:
-            await conn.close()
-
-    asyncio.run(run(f'CREATE SCHEMA "{name}"'))
-    yield name
-    asyncio.run(run(f'DROP SCHEMA IF EXISTS "{name}" CASCADE'))
 
 
 async def test_migrate_sqlalchemy_session_postgres(sdk_pg_schema: str, pg_schema: str) -> None:

@@ -17,12 +17,8 @@ import pytest
 from sessions import Store
 from sessions._transfer import ImportFileError, export_sessions, import_sessions
 from tests.conftest import Target
-from tests.contract import raw
 from tests.contract.proxy import install_proxy
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
 
 
 async def commit(store: Store[Any], session_id: str, items: list[dict[str, Any]]) -> None:
@@ -39,13 +35,11 @@ async def set_times(target: Target, session_id: str, created: float, updated: fl
     """Give a session old, distinct times (epoch seconds), as a long-lived one has."""
 
     def at(n: int) -> str:
-        mark = raw.param(target, n)
-        return mark if target.kind == "sqlite" else f"to_timestamp({mark})"
+        return target.epoch(target.param(n))
 
-    await raw.execute(
-        target,
+    await target.execute(
         f"UPDATE txs_sessions SET created_at = {at(1)}, updated_at = {at(2)} "
-        f"WHERE session_id = {raw.param(target, 3)}",
+        f"WHERE session_id = {target.param(3)}",
         created,
         updated,
         session_id,

@@ -21,10 +21,7 @@ from sessions import Store, TurnUsage
 from sessions.errors import CommitError
 from tests.conftest import Target
 from tests.contract import raw
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
 
 
 def state(label: str) -> str:
@@ -38,9 +35,8 @@ async def durable(store: Store[Any], target: Target, sid: str) -> dict[str, Any]
     info = await store.session_info(sid)
     assert info is not None
     record = await reader.run_state_record()
-    tags = await raw.fetch_value(
-        target,
-        f"SELECT count(*) FROM txs_session_tags WHERE session_id = {raw.param(target, 1)}",
+    tags = await target.fetch_value(
+        f"SELECT count(*) FROM txs_session_tags WHERE session_id = {target.param(1)}",
         sid,
     )
     return {
@@ -70,7 +66,7 @@ async def test_a_commit_failing_at_any_of_its_writes_leaves_entry_state_usage_an
     await session.add_items([msg("a"), msg("b")])
     session.record_usage(TurnUsage(1, 5, 5, 0, 0))
     session.stage_run_state(state("after"))
-    await raw.add_failing_trigger(target, table, sid)
+    await target.add_failing_trigger(table, sid)
     try:
         with pytest.raises(CommitError) as failed:
             await session.commit()
@@ -79,7 +75,7 @@ async def test_a_commit_failing_at_any_of_its_writes_leaves_entry_state_usage_an
         assert await durable(store, target, sid) == before
         assert session.pending.info and session.pending.items == 2  # still staged
     finally:
-        await raw.drop_failing_trigger(target, table)
+        await target.drop_failing_trigger(table)
 
     await session.commit()  # the same batch, once the database takes it: all of it lands
     after = await durable(store, target, sid)
@@ -104,13 +100,13 @@ async def test_a_plain_commit_failing_at_its_items_or_turn_leaves_usage_and_item
     before = await durable(store, target, sid)
     await session.add_items([msg("a"), msg("b")])
     session.record_usage(TurnUsage(1, 5, 5, 0, 0))
-    await raw.add_failing_trigger(target, table, sid)
+    await target.add_failing_trigger(table, sid)
     try:
         with pytest.raises(CommitError, match=f"injected failure on {table}"):
             await session.commit()
         assert await durable(store, target, sid) == before
     finally:
-        await raw.drop_failing_trigger(target, table)
+        await target.drop_failing_trigger(table)
     await session.commit()
     after = await durable(store, target, sid)
     assert (after["items"], after["turns"]) == (
@@ -130,7 +126,7 @@ async def test_a_fork_failing_after_its_record_is_written_leaves_no_record_and_n
         await source.add_items([msg(f"t{n}")])
         await source.commit()
     dst = f"{sid}-fork"
-    await raw.add_poison_trigger(target, dst)  # "poison" is only in the last turn
+    await target.add_poison_trigger(dst)  # "poison" is only in the last turn
     await source.add_items([msg("poison")])
     await source.commit()
     try:
@@ -140,7 +136,7 @@ async def test_a_fork_failing_after_its_record_is_written_leaves_no_record_and_n
         assert await store.session_info(dst) is None
         assert await raw.stored_rows(target, dst) == 0
     finally:
-        await raw.drop_poison_trigger(target)
+        await target.drop_poison_trigger()
     assert await source.fork(dst) == 4
     assert [b.session_id for b in await source.branches()] == [dst]
 
@@ -152,13 +148,13 @@ async def test_a_fork_whose_record_the_database_rejects_copies_no_items(
     await source.add_items([msg("one"), msg("two")])
     await source.commit()
     dst = f"{sid}-fork"
-    await raw.add_failing_trigger(target, "txs_branches", dst)
+    await target.add_failing_trigger("txs_branches", dst)
     try:
         with pytest.raises(CommitError, match="injected failure on txs_branches"):
             await source.fork(dst)
         assert await store.session_info(dst) is None
         assert await raw.stored_rows(target, dst) == 0
     finally:
-        await raw.drop_failing_trigger(target, "txs_branches")
+        await target.drop_failing_trigger("txs_branches")
     assert await source.fork(dst) == 1
     assert await store.session(dst).get_items() == [msg("one"), msg("two")]

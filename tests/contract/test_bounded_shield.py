@@ -1,6 +1,6 @@
 """The shield is bounded: a hung database never holds a caller past ``commit_timeout``.
 
-Each test hangs the real database inside a commit (``tests/contract/hang.py``) and
+Each test hangs the real database inside a commit (``hang()`` of ``tests/provision/``) and
 checks three things: the caller is released within the bound (plus at most 1 s); no
 reader ever sees part of the batch; once the database moves again, the session resolves
 the unknown outcome by batch id and the history holds the batch exactly once.
@@ -9,6 +9,8 @@ the unknown outcome by batch id and the history holds the batch exactly once.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -16,14 +18,10 @@ import pytest
 from sessions import Store
 from sessions.errors import CommitError
 from tests.conftest import Target
-from tests.contract.hang import hang
+from tests.helpers import msg
 
 BOUND = 1.0  # commit_timeout of these tests, seconds
 SLACK = 1.0  # how much later than the bound the caller may be released
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 BEFORE = [msg("before")]
@@ -53,6 +51,19 @@ async def settle_and_check(target: Target, session: Any, sid: str) -> None:
     assert await stored(target, sid) == BEFORE + BATCH
 
 
+@asynccontextmanager
+async def hung_commit(
+    target: Target, sid: str, where: str
+) -> AsyncIterator[tuple[Any, asyncio.Task[Any]]]:
+    """A session whose ``commit()`` (the returned task) is hung in the database at ``where``."""
+    store = await target.open(commit_timeout=BOUND)
+    session = await start_hung_commit(target, store, sid)
+    async with target.hang(store, sid, where) as h:
+        task = asyncio.create_task(session.commit())
+        await h.reached()
+        yield session, task
+
+
 async def start_hung_commit(target: Target, store: Store[Any], sid: str) -> Any:
     session = store.session(sid)
     await session.add_items(BEFORE)
@@ -65,11 +76,7 @@ async def start_hung_commit(target: Target, store: Store[Any], sid: str) -> Any:
 async def test_a_cancelled_caller_of_commit_into_a_hung_database_is_released_within_the_bound(
     target: Target, sid: str, where: str
 ) -> None:
-    store = await target.open(commit_timeout=BOUND)
-    session = await start_hung_commit(target, store, sid)
-    async with hang(target, store, sid, where) as h:
-        task = asyncio.create_task(session.commit())
-        await h.reached()
+    async with hung_commit(target, sid, where) as (session, task):
         task.cancel()
         await released_within_bound(task)
         assert task.cancelled(), "the caller's CancelledError was not re-raised"
@@ -81,11 +88,7 @@ async def test_a_cancelled_caller_of_commit_into_a_hung_database_is_released_wit
 async def test_commit_into_a_hung_database_raises_an_unknown_outcome_at_the_bound(
     target: Target, sid: str, where: str
 ) -> None:
-    store = await target.open(commit_timeout=BOUND)
-    session = await start_hung_commit(target, store, sid)
-    async with hang(target, store, sid, where) as h:
-        task = asyncio.create_task(session.commit())
-        await h.reached()
+    async with hung_commit(target, sid, where) as (session, task):
         await released_within_bound(task)
         with pytest.raises(CommitError) as info:
             task.result()
@@ -100,7 +103,7 @@ async def test_an_autocommit_write_into_a_hung_database_is_released_within_the_b
     store = await target.open(commit_timeout=BOUND)
     session = store.session(sid, autocommit=True)
     await session.add_items(BEFORE)
-    async with hang(target, store, sid, "middle") as h:
+    async with target.hang(store, sid, "middle") as h:
         task = asyncio.create_task(session.add_items(BATCH))
         await h.reached()
         task.cancel()
@@ -114,7 +117,7 @@ async def test_close_of_a_store_with_a_hung_commit_is_released_within_the_bound(
 ) -> None:
     store = await target.open(commit_timeout=BOUND)
     session = await start_hung_commit(target, store, sid)
-    async with hang(target, store, sid, "middle") as h:
+    async with target.hang(store, sid, "middle") as h:
         commit = asyncio.create_task(session.commit())
         await h.reached()
         closing = asyncio.create_task(store.close())
@@ -141,7 +144,7 @@ async def test_a_transaction_whose_commit_outcome_is_unknown_keeps_its_changes_s
         async with session.transaction():
             await session.add_items(BATCH)
 
-    async with hang(target, store, sid, "middle") as h:
+    async with target.hang(store, sid, "middle") as h:
         task = asyncio.create_task(request())
         await h.reached()
         await released_within_bound(task)

@@ -4,8 +4,8 @@ counts, versions and commit(expected_version=), TTL purge, delete_user (docs/cat
 from __future__ import annotations
 
 import asyncio
-import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,33 +19,7 @@ from sessions.errors import (
 )
 from tests.conftest import Target
 from tests.contract import raw
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-async def _commit(store: Store[Any], session_id: str, **info: Any) -> None:
-    session = store.session(session_id)
-    if info:
-        session.set_info(**info)
-    await session.add_items([msg(session_id)])
-    await session.commit()
-
-
-async def _age(target: Target, session_id: str, seconds: int) -> None:
-    """Move the session's updated_at ``seconds`` into the past."""
-    moved = (
-        f"updated_at - {seconds}"
-        if target.kind == "sqlite"
-        else f"updated_at - interval '{seconds} seconds'"
-    )
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET updated_at = {moved} WHERE session_id = {raw.param(target, 1)}",
-        session_id,
-    )
-
+from tests.helpers import age, commit_one, msg
 
 # ----------------------------------------------------------------------------- set_info
 
@@ -108,10 +82,10 @@ async def test_a_version_conflict_applies_neither_the_entry_nor_the_items_and_ke
 ) -> None:
     """The condition is checked before anything is written: this shows the staging,
     not atomicity (``test_atomic_with_the_turn.py`` fails the transaction mid-write)."""
-    await _commit(store, sid, user_id="carol")
+    await commit_one(store, sid, user_id="carol")
     stale = store.session(sid)
     await stale.get_items()
-    await _commit(store, sid)  # another writer moves the version on
+    await commit_one(store, sid)  # another writer moves the version on
     stale.set_info(user_id="mallory", tags={"t"})
     await stale.add_items([msg("late")])
     with pytest.raises(CommitVersionConflictError):
@@ -169,8 +143,8 @@ async def test_list_and_count_filter_by_user_tag_and_updated_after_page_by_page(
     ids = [f"{sid}-{i}" for i in range(6)]
     for i, session_id in enumerate(ids):
         tags = {"even"} if i % 2 == 0 else {"odd"}
-        await _commit(store, session_id, user_id=user if i < 5 else other, tags=tags | {sid})
-    await _age(target, ids[0], 3600)
+        await commit_one(store, session_id, user_id=user if i < 5 else other, tags=tags | {sid})
+    await age(target, ids[0], 3600)
     mine = await store.list_sessions(user_id=user, limit=2)
     assert [i.session_id for i in mine] == ids[:2]
     rest = await store.list_sessions(user_id=user, limit=10, after=mine[-1].session_id)
@@ -213,7 +187,7 @@ async def test_a_new_owner_or_new_tags_move_the_session_between_user_and_tag_lis
 async def test_list_sessions_without_filters_still_shows_catalogue_fields(
     store: Store[Any], sid: str
 ) -> None:
-    await _commit(store, sid, user_id="erin", title="T")
+    await commit_one(store, sid, user_id="erin", title="T")
     page = await store.list_sessions(after=sid[:-1] + chr(ord(sid[-1]) - 1), limit=1000)
     (info,) = [i for i in page if i.session_id == sid]
     assert info.user_id == "erin" and info.title == "T" and info.version == 1
@@ -255,7 +229,7 @@ async def test_commit_with_the_current_version_applies_and_knows_the_next_one(
 async def test_commit_with_a_stale_version_raises_and_applies_nothing(
     store: Store[Any], sid: str
 ) -> None:
-    await _commit(store, sid)
+    await commit_one(store, sid)
     mine, theirs = store.session(sid), store.session(sid)
     await mine.get_items()
     seen = mine.version
@@ -276,7 +250,7 @@ async def test_commit_with_a_stale_version_raises_and_applies_nothing(
 async def test_concurrent_conditional_commits_of_one_session_let_exactly_one_win(
     store: Store[Any], sid: str
 ) -> None:
-    await _commit(store, sid)
+    await commit_one(store, sid)
     writers = [store.session(sid) for _ in range(4)]
     for n, writer in enumerate(writers):
         await writer.get_items()
@@ -310,12 +284,12 @@ async def test_purge_without_older_than_deletes_sessions_whose_ttl_elapsed(
     store = await target.open(ttl=timedelta(hours=1))
     assert store.ttl == timedelta(hours=1)
     own_short, own_long, by_default, fresh = (f"{sid}-{n}" for n in ("a", "b", "c", "d"))
-    await _commit(store, own_short, ttl=timedelta(minutes=10))
-    await _commit(store, own_long, ttl=timedelta(days=2))
-    await _commit(store, by_default)
-    await _commit(store, fresh)
+    await commit_one(store, own_short, ttl=timedelta(minutes=10))
+    await commit_one(store, own_long, ttl=timedelta(days=2))
+    await commit_one(store, by_default)
+    await commit_one(store, fresh)
     for session_id in (own_short, own_long, by_default):
-        await _age(target, session_id, 2 * 3600)
+        await age(target, session_id, 2 * 3600)
     would = await store.purge(dry_run=True)
     assert sorted(i.session_id for i in would if i.session_id.startswith(sid)) == [
         own_short,
@@ -337,13 +311,13 @@ async def test_purge_by_ttl_keeps_a_session_written_after_it_was_listed(
     target: Target, sid: str
 ) -> None:
     store = await target.open(ttl=timedelta(hours=1))
-    await _commit(store, sid)
-    await _age(target, sid, 2 * 3600)
+    await commit_one(store, sid)
+    await age(target, sid, 2 * 3600)
     backend: Any = store.backend
     now = datetime.now(timezone.utc)
     listed = await backend.expired_sessions(now, 3600.0, limit=1000, after=None)
     assert sid in {i.session_id for i in listed}
-    await _commit(store, sid)  # written meanwhile
+    await commit_one(store, sid)  # written meanwhile
     assert await backend.delete_expired([sid], now, 3600.0) == []
     assert await store.session_info(sid) is not None
 
@@ -352,10 +326,10 @@ async def test_a_store_without_ttl_purges_only_sessions_with_their_own(
     store: Store[Any], target: Target, sid: str
 ) -> None:
     assert store.ttl is None
-    await _commit(store, f"{sid}-own", ttl=timedelta(seconds=30))
-    await _commit(store, f"{sid}-none")
-    await _age(target, f"{sid}-own", 3600)
-    await _age(target, f"{sid}-none", 10 * 365 * 86400)
+    await commit_one(store, f"{sid}-own", ttl=timedelta(seconds=30))
+    await commit_one(store, f"{sid}-none")
+    await age(target, f"{sid}-own", 3600)
+    await age(target, f"{sid}-none", 10 * 365 * 86400)
     gone = await store.purge()
     assert [i.session_id for i in gone if i.session_id.startswith(sid)] == [f"{sid}-own"]
 
@@ -366,8 +340,8 @@ async def test_delete_user_erases_every_row_of_that_user_and_nothing_else(
     user = f"{sid}-user"
     mine = [f"{sid}-{i}" for i in range(3)]
     for session_id in mine:
-        await _commit(store, session_id, user_id=user, tags={"t"})
-    await _commit(store, f"{sid}-other", user_id=f"{sid}-else", tags={"t"})
+        await commit_one(store, session_id, user_id=user, tags={"t"})
+    await commit_one(store, f"{sid}-other", user_id=f"{sid}-else", tags={"t"})
     session = store.session(mine[0])
     await session.run_state_record()
     session.stage_run_state("{}", label="x")  # a run-state row too
@@ -375,10 +349,9 @@ async def test_delete_user_erases_every_row_of_that_user_and_nothing_else(
     assert sorted(await store.delete_user(user)) == mine
     left = {"txs_sessions": 1, "txs_items": 1, "txs_batches": 1, "txs_session_tags": 1}
     left["txs_turns"] = 1  # the other user's commit recorded a turn (docs/turns.md)
-    for table in _session_tables(target):  # only the other user's rows are left
-        rows = await raw.fetch_value(
-            target,
-            f"SELECT count(*) FROM {table} WHERE session_id LIKE {raw.param(target, 1)}",
+    for table in target.session_tables():  # only the other user's rows are left
+        rows = await target.fetch_value(
+            f"SELECT count(*) FROM {table} WHERE session_id LIKE {target.param(1)}",
             f"{sid}-%",
         )
         assert rows == left.get(table, 0), table
@@ -394,13 +367,13 @@ async def test_delete_user_failing_at_its_last_session_deletes_none_of_its_sessi
     user = f"{sid}-user"
     mine = [f"{sid}-{i}" for i in range(3)]
     for session_id in mine:
-        await _commit(store, session_id, user_id=user, tags={"t"})
-    await raw.add_failing_trigger(target, "txs_sessions", mine[-1], event="DELETE")
+        await commit_one(store, session_id, user_id=user, tags={"t"})
+    await target.add_failing_trigger("txs_sessions", mine[-1], event="DELETE")
     try:
         with pytest.raises(StorageError, match="injected failure on txs_sessions"):
             await store.delete_user(user)
     finally:
-        await raw.drop_failing_trigger(target, "txs_sessions")
+        await target.drop_failing_trigger("txs_sessions")
     assert await store.count_sessions(user_id=user) == 3
     for session_id in mine:
         assert await raw.stored_rows(target, session_id) == 1
@@ -408,37 +381,13 @@ async def test_delete_user_failing_at_its_last_session_deletes_none_of_its_sessi
     assert sorted(await store.delete_user(user)) == mine
 
 
-def _session_tables(target: Target) -> list[str]:
-    from sessions import postgres, sqlite
-
-    if target.kind == "sqlite":
-        return ["txs_sessions", *sqlite.SESSION_TABLES]
-    return ["txs_sessions", *(f"txs_{name}" for name in postgres.SESSION_TABLES)]
-
-
 async def test_session_tables_name_every_table_with_a_session_id_column(
-    store: Store[Any], target: Target
+    target: Target, tmp_path: Path
 ) -> None:
-    if target.kind == "sqlite":
-        names = await raw.fetch_value(
-            target,
-            "SELECT group_concat(m.name) FROM sqlite_master AS m, pragma_table_info(m.name) AS c "
-            "WHERE m.type = 'table' AND c.name = 'session_id'",
-        )
-        expected = _session_tables(target)
-    else:
-        from sessions import postgres
-
-        prefix = f"c{uuid.uuid4().hex[:10]}_"  # tables of this test's own in the shared schema
-        await target.open(table_prefix=prefix)
-        names = await raw.fetch_value(
-            target,
-            "SELECT string_agg(table_name, ',') FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND column_name = 'session_id' "
-            f"AND table_name LIKE '{prefix}%'",
-        )
-        expected = [f"{prefix}{name}" for name in ("sessions", *postgres.SESSION_TABLES)]
-    assert sorted(names.split(",")) == sorted(expected)
+    own = target.fresh(tmp_path)  # tables of this test's own (tests share the PostgreSQL schema)
+    await own.open()
+    names = await own.tables_with_column("session_id")
+    assert sorted(names) == sorted(own.session_tables())
 
 
 async def test_memory_keeps_a_catalogue_and_a_wrapped_sdk_session_refuses_one() -> None:

@@ -8,7 +8,7 @@ and ``count_sessions`` must give exactly what filtering the model gives.
 from __future__ import annotations
 
 import asyncio
-import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -19,8 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessions import Store, open_store
-from tests.conftest import BACKENDS, make_target
-from tests.contract import raw
+from tests.conftest import BACKENDS, Target, make_target
 
 USERS = ["u1", "u2", "u3"]
 TAGS = ["a", "b", "c"]
@@ -51,34 +50,22 @@ _filters = st.tuples(
 
 
 @pytest.fixture(params=BACKENDS)
-def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Target]:
+    """Makes an empty store (a new file, or a new table prefix) for each example."""
     target = make_target(request.param, tmp_path, request)
-
-    def make() -> tuple[str, Any]:
-        tag = uuid.uuid4().hex[:10]
-        if target.kind == "sqlite":
-            path = tmp_path / f"{tag}.db"
-            return f"sqlite:///{path}", (target.kind, str(path), f"p{tag}_")
-        return f"{target.url}&table_prefix=p{tag}_", (target.kind, None, f"p{tag}_")
-
-    return target, make
+    return lambda: target.fresh(tmp_path)
 
 
-async def _seed(store: Store[Any], target: Any, prefix: str, entries: list[Entry]) -> None:
+async def _seed(store: Store[Any], target: Target, entries: list[Entry]) -> None:
     for n, entry in enumerate(entries):
         session = store.session(f"s{n:02d}")
         session.set_info(user_id=entry.user, tags=entry.tags)
         await session.commit()
         if entry.age_hours:
-            table = "txs_sessions" if target.kind == "sqlite" else f"{prefix}sessions"
-            moved = (
-                f"updated_at - {entry.age_hours * 3600}"
-                if target.kind == "sqlite"
-                else f"updated_at - interval '{entry.age_hours} hours'"
-            )
-            await raw.execute(
-                target,
-                f"UPDATE {table} SET updated_at = {moved} WHERE session_id = {raw.param(target, 1)}",
+            moved = target.ago("updated_at", entry.age_hours * 3600)
+            await target.execute(
+                f"UPDATE {target.table('sessions')} SET updated_at = {moved} "
+                f"WHERE session_id = {target.param(1)}",
                 f"s{n:02d}",
             )
 
@@ -102,17 +89,15 @@ async def _listed(store: Store[Any], page: int, **where: Any) -> list[str]:
 )
 @given(entries=_entries, filters=st.lists(_filters, min_size=1, max_size=4))
 def test_filtered_listing_and_counts_match_a_python_model(
-    fresh_url: Any, entries: list[Entry], filters: list[tuple[Any, ...]]
+    fresh_url: Callable[[], Target], entries: list[Entry], filters: list[tuple[Any, ...]]
 ) -> None:
-    target, make = fresh_url
-    url, (_, sqlite_path, prefix) = make()
-    if sqlite_path is not None:
-        target = type(target)("sqlite", url, sqlite_path=sqlite_path)
+    target = fresh_url()
+    url = target.url
 
     async def check() -> None:
         store = await open_store(url)
         try:
-            await _seed(store, target, prefix, entries)
+            await _seed(store, target, entries)
             now = datetime.now(timezone.utc)
             for user, tag, hours, page in filters:
                 # Half an hour off the generated ages, so no session sits on the edge.

@@ -31,12 +31,8 @@ from sessions.errors import (
 )
 from tests.conftest import Target
 from tests.contract import raw
-from tests.contract.hang import hang
 from tests.contract.proxy import gate_apply, install_proxy
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
+from tests.helpers import committed, msg
 
 
 async def stored(target: Target, session_id: str) -> list[Any]:
@@ -50,10 +46,8 @@ async def stored(target: Target, session_id: str) -> list[Any]:
 async def test_commit_is_all_or_nothing_when_the_database_fails_mid_batch(
     store: Store[Any], target: Target, sid: str
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("before")])
-    await session.commit()
-    await raw.add_poison_trigger(target, sid)
+    session = await committed(store, sid, "before")
+    await target.add_poison_trigger(sid)
     try:
         await session.pop_item()  # a staged pop of committed history...
         await session.add_items([msg("a"), msg("b"), msg("poison"), msg("c")])  # ...and inserts
@@ -66,7 +60,7 @@ async def test_commit_is_all_or_nothing_when_the_database_fails_mid_batch(
         # ...and the staged changes are still there.
         assert session.pending.items == 4 and session.pending.pops == 1
     finally:
-        await raw.drop_poison_trigger(target)
+        await target.drop_poison_trigger()
     await session.commit()
     assert await stored(target, sid) == [msg("a"), msg("b"), msg("poison"), msg("c")]
     assert not session.has_pending
@@ -85,13 +79,13 @@ async def test_commit_is_shielded_from_cancellation_while_the_database_is_mid_co
     store: Store[Any], target: Target, sid: str, where: str
 ) -> None:
     """Cancelled (twice) while the database is inside the commit's transaction: held
-    there for real (``tests/contract/hang.py``) at its first write or between two of
+    there for real (``hang()`` of ``tests/provision/``) at its first write or between two of
     its statements. The commit runs to its outcome, then ``CancelledError``."""
     session = store.session(sid)
     await session.add_items([msg("0")])
     await session.commit()  # the session exists: its row is updated mid-commit
     await session.add_items([msg("1"), msg("2"), msg("3")])
-    async with hang(target, store, sid, where) as h:
+    async with target.hang(store, sid, where) as h:
         task = asyncio.create_task(session.commit())
         await h.reached()  # the database call is in flight, stopped mid-transaction
         task.cancel()
@@ -212,9 +206,7 @@ async def test_garbage_collected_session_with_staged_changes_warns(
 
 
 async def test_clean_close_does_not_warn(store: Store[Any], sid: str) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("1")])
-    await session.commit()
+    session = await committed(store, sid, "1")
     await session.close()  # filterwarnings=error would fail the test on any warning
 
 

@@ -22,10 +22,7 @@ import pytest
 from sessions import Store
 from sessions.errors import CommitConflictError, SessionDeletedError
 from tests.conftest import BACKENDS, Target, make_target
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import commit_each, msg
 
 
 async def texts(store: Store[Any], sid: str) -> list[str]:
@@ -57,16 +54,12 @@ async def test_expected_version_read_before_a_deletion_is_refused_after_it(
     tstore: Store[Any], sid: str
 ) -> None:
     old = tstore.session(sid)
-    for text in ("a", "b"):
-        await old.add_items([msg(text)])
-        await old.commit()
+    await commit_each(old, ("a", "b"))
     await old.get_items()
     assert old.version == 2
     assert await tstore.delete_session(sid)
     new = tstore.session(sid)
-    for text in ("x", "y"):  # the new history reaches version 2 again
-        await new.add_items([msg(text)])
-        await new.commit()
+    await commit_each(new, ("x", "y"))  # the new history reaches version 2 again
     await old.add_items([msg("late")])
     with pytest.raises(SessionDeletedError):
         await old.commit(expected_version=2)
@@ -103,15 +96,11 @@ async def test_rewind_and_undo_from_an_object_that_read_the_deleted_history_are_
     tstore: Store[Any], sid: str
 ) -> None:
     old = tstore.session(sid)
-    for text in ("a", "b"):
-        await old.add_items([msg(text)])
-        await old.commit()
+    await commit_each(old, ("a", "b"))
     await old.get_items()
     assert await tstore.delete_session(sid)
     new = tstore.session(sid)
-    for text in ("x", "y"):
-        await new.add_items([msg(text)])
-        await new.commit()
+    await commit_each(new, ("x", "y"))
     with pytest.raises(SessionDeletedError):
         await old.rewind(1)
     with pytest.raises(SessionDeletedError):

@@ -13,11 +13,7 @@ import pytest
 from sessions import MemoryStore, Store
 from sessions._transfer import export_sessions, import_sessions
 from tests.conftest import BACKENDS, make_target
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
+from tests.helpers import msg
 
 Opener = Callable[[], Awaitable[Store[Any]]]
 

@@ -20,6 +20,7 @@ from sessions import MemoryStore, Store
 from sessions.errors import CommitConflictError
 from sessions.memory import MemoryBackend
 from tests.conftest import BACKENDS, make_target
+from tests.helpers import msg
 
 Opener = Callable[[], Awaitable[Store[Any]]]
 
@@ -47,10 +48,6 @@ async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 @pytest.fixture
 async def db(opener: Opener) -> Store[Any]:
     return await opener()
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 async def commit_turns(store: Store[Any], session_id: str, count: int, tag: str = "t") -> None:
@@ -82,6 +79,20 @@ async def branch_of(store: Store[Any], source: str, target: str) -> list[int]:
 
 
 # ------------------------------------------------------------------ undo with nothing hidden
+
+
+async def with_turns(db: Store[Any], sid: str, turns: int) -> str:
+    """Commit ``turns`` turns to ``sid``; the id of a fork target."""
+    await commit_turns(db, sid, turns)
+    return f"{sid}-dst"
+
+
+async def forked(db: Store[Any], sid: str, turns: int, at_turn: int | None = None) -> str:
+    """``turns`` turns forked into a new target (its id), the fork's count checked."""
+    dst = await with_turns(db, sid, turns)
+    options = {} if at_turn is None else {"at_turn": at_turn}
+    assert await db.session(sid).fork(dst, **options) == turns
+    return dst
 
 
 async def test_undo_with_nothing_hidden_of_a_session_that_does_not_exist_creates_nothing(
@@ -144,9 +155,7 @@ async def test_two_concurrent_forks_at_different_turns_into_one_target_leave_one
 async def test_forking_again_after_the_fork_was_cleared_is_refused_not_reported_done(
     db: Store[Any], sid: str
 ) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
-    assert await db.session(sid).fork(dst) == 2
+    dst = await forked(db, sid, 2)
     await committed(db, dst, clear=True)
     with pytest.raises(CommitConflictError, match="no longer holds its turns"):
         await db.session(sid).fork(dst)
@@ -156,9 +165,7 @@ async def test_forking_again_after_the_fork_was_cleared_is_refused_not_reported_
 async def test_an_earlier_fork_into_the_target_of_a_later_one_is_refused(
     db: Store[Any], sid: str
 ) -> None:
-    await commit_turns(db, sid, 3)
-    dst = f"{sid}-dst"
-    assert await db.session(sid).fork(dst, at_turn=3) == 3
+    dst = await forked(db, sid, 3, at_turn=3)
     with pytest.raises(CommitConflictError, match="already a fork of session .* at turn 3"):
         await db.session(sid).fork(dst, at_turn=2)
     assert await turn_count(db, dst) == 3
@@ -168,9 +175,7 @@ async def test_an_earlier_fork_into_the_target_of_a_later_one_is_refused(
 async def test_a_fork_of_a_changed_history_into_an_emptied_earlier_fork_is_refused(
     db: Store[Any], sid: str
 ) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
-    assert await db.session(sid).fork(dst) == 2
+    dst = await forked(db, sid, 2)
     await committed(db, dst, clear=True)
     source = db.session(sid)
     await source.pop_item()
@@ -201,9 +206,7 @@ async def test_identical_concurrent_forks_all_return_the_turn_count_and_write_on
 async def test_running_the_same_fork_again_returns_its_count_while_the_target_holds_it(
     db: Store[Any], sid: str
 ) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
-    assert await db.session(sid).fork(dst) == 2
+    dst = await forked(db, sid, 2)
     await commit_turns(db, dst, 1, tag="own")  # the fork went on: it still holds turns 1-2
     before = await db.session_info(dst)
     assert await db.session(sid).fork(dst) == 2
@@ -213,9 +216,7 @@ async def test_running_the_same_fork_again_returns_its_count_while_the_target_ho
 async def test_running_the_same_fork_again_after_the_target_lost_a_turn_is_refused(
     db: Store[Any], sid: str
 ) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
-    assert await db.session(sid).fork(dst) == 2
+    dst = await forked(db, sid, 2)
     assert await db.session(dst).rewind(to_turn=1) == 1
     with pytest.raises(CommitConflictError, match="no longer holds its turns"):
         await db.session(sid).fork(dst)
@@ -228,8 +229,7 @@ async def test_running_the_same_fork_again_after_the_target_lost_a_turn_is_refus
 async def test_a_fork_into_a_session_with_a_catalogue_entry_keeps_the_entry(
     db: Store[Any], sid: str
 ) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
+    dst = await with_turns(db, sid, 2)
     target = db.session(dst)
     target.set_info(title="Edited", tags=["x"], user_id="ada")
     await target.commit()
@@ -240,8 +240,7 @@ async def test_a_fork_into_a_session_with_a_catalogue_entry_keeps_the_entry(
 
 
 async def test_a_fork_into_a_cleared_ordinary_session_is_allowed(db: Store[Any], sid: str) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
+    dst = await with_turns(db, sid, 2)
     await commit_turns(db, dst, 1, tag="old")
     await committed(db, dst, clear=True)
     assert await db.session(sid).fork(dst) == 2
@@ -249,8 +248,7 @@ async def test_a_fork_into_a_cleared_ordinary_session_is_allowed(db: Store[Any],
 
 
 async def test_a_fork_into_a_session_with_hidden_turns_is_refused(db: Store[Any], sid: str) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
+    dst = await with_turns(db, sid, 2)
     await commit_turns(db, dst, 1, tag="old")
     assert await db.session(dst).rewind(to_turn=0) == 1
     with pytest.raises(CommitConflictError, match="hidden"):
@@ -262,8 +260,7 @@ async def test_a_fork_into_a_session_with_hidden_turns_is_refused(db: Store[Any]
 async def test_a_fork_into_a_session_holding_items_names_the_target_and_the_reason(
     db: Store[Any], sid: str
 ) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
+    dst = await with_turns(db, sid, 2)
     await commit_turns(db, dst, 1, tag="old")
     with pytest.raises(CommitConflictError, match=f"into session '{dst}' refused: it already"):
         await db.session(sid).fork(dst)
@@ -274,9 +271,7 @@ async def test_a_fork_into_a_session_holding_items_names_the_target_and_the_reas
 async def test_a_fork_into_the_id_of_a_deleted_fork_is_allowed(
     db: Store[Any], sid: str, how: str
 ) -> None:
-    await commit_turns(db, sid, 3)
-    dst = f"{sid}-dst"
-    assert await db.session(sid).fork(dst, at_turn=3) == 3
+    dst = await forked(db, sid, 3, at_turn=3)
     fork = db.session(dst)
     fork.set_info(user_id=f"{sid}-user", ttl=timedelta(milliseconds=1))
     await fork.commit()
@@ -319,9 +314,7 @@ async def test_concurrent_forks_of_two_sources_into_one_target_leave_exactly_the
 async def test_deleting_a_source_drops_the_fork_records_naming_it_on_every_backend(
     db: Store[Any], sid: str
 ) -> None:
-    await commit_turns(db, sid, 2)
-    dst = f"{sid}-dst"
-    assert await db.session(sid).fork(dst) == 2
+    dst = await forked(db, sid, 2)
     assert await db.delete_session(sid)
     await commit_turns(db, sid, 1, tag="new")  # the same id, a new session
     assert await db.session(sid).branches() == []

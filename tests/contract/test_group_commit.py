@@ -12,79 +12,30 @@ one value per transaction (SQLite: the group's clock reading; PostgreSQL: ``now(
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from sessions import Store
 from sessions.errors import CommitError
-from tests.conftest import PG_DSN, Target
-from tests.contract import raw
+from tests.conftest import Target
 from tests.contract.proxy import install_proxy
+from tests.helpers import msg
 
 # More commits than any backend sends at once on its own, so that the rest must wait
 # and leave together.
 EARLY = 8
 
 
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
-
-
-@asynccontextmanager
-async def writes_held(target: Target) -> AsyncIterator[None]:
-    """Hold the database's write lock from another connection for the block's duration."""
-    if target.kind == "sqlite":
-        assert target.sqlite_path is not None
-        conn = sqlite3.connect(target.sqlite_path, isolation_level=None, timeout=10)
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield
-        finally:
-            conn.execute("ROLLBACK")
-            conn.close()
-        return
-    import asyncpg
-
-    pg = await asyncpg.connect(PG_DSN)
-    try:
-        await pg.execute("BEGIN")
-        await pg.execute(f'LOCK TABLE "{target.pg_schema}".txs_batches IN SHARE ROW EXCLUSIVE MODE')
-        yield
-    finally:
-        await pg.close()  # ends the transaction, releasing the lock
-
-
 async def transactions_of(target: Target, session_ids: list[str]) -> int:
     """How many transactions recorded these sessions' batches."""
-    if target.kind == "sqlite":
-        assert target.sqlite_path is not None
-        conn = sqlite3.connect(target.sqlite_path, timeout=10)
-        try:
-            marks = ",".join("?" * len(session_ids))
-            row = conn.execute(
-                f"SELECT count(DISTINCT committed_at) FROM txs_batches "
-                f"WHERE session_id IN ({marks})",
-                session_ids,
-            ).fetchone()
-        finally:
-            conn.close()
-        return int(row[0])
-    import asyncpg
-
-    pg = await asyncpg.connect(PG_DSN)
-    try:
-        found = await pg.fetchval(
-            f'SELECT count(DISTINCT committed_at) FROM "{target.pg_schema}".txs_batches '
-            "WHERE session_id = ANY($1::text[])",
-            session_ids,
-        )
-    finally:
-        await pg.close()
+    marks = ", ".join(target.param(n) for n in range(1, len(session_ids) + 1))
+    found = await target.fetch_value(
+        f"SELECT count(DISTINCT committed_at) FROM txs_batches WHERE session_id IN ({marks})",
+        *session_ids,
+    )
     return int(found)
 
 
@@ -113,15 +64,15 @@ async def test_a_failing_commit_in_a_group_fails_alone_and_the_others_share_one_
     sessions = {sid: store.session(sid) for sid in order}
     for sid, session in sessions.items():
         await session.add_items([msg(sid), msg("poison" if sid == bad else "fine")])
-    await raw.add_poison_trigger(target, bad)
+    await target.add_poison_trigger(bad)
     try:
-        async with writes_held(target):
+        async with target.writes_held():
             tasks = {sid: asyncio.ensure_future(sessions[sid].commit()) for sid in order}
             await until(lambda: proxy.apply_calls == len(order), "every commit reached the backend")
         results = await asyncio.gather(*tasks.values(), return_exceptions=True)
         outcomes = dict(zip(order, results, strict=True))
     finally:
-        await raw.drop_poison_trigger(target)
+        await target.drop_poison_trigger()
 
     failure = outcomes.pop(bad)
     assert isinstance(failure, CommitError), failure
@@ -151,7 +102,7 @@ async def test_commits_of_one_session_in_one_group_each_stay_whole_and_contiguou
     others = [store.session(s) for s in early]
     for other in others:
         await other.add_items([msg("x")])
-    async with writes_held(target):
+    async with target.writes_held():
         tasks = [asyncio.ensure_future(s.commit()) for s in others + writers]
         await until(lambda: proxy.apply_calls == len(tasks), "every commit reached the backend")
     await asyncio.gather(*tasks)
@@ -188,7 +139,7 @@ async def test_callers_cancelled_while_their_commits_wait_in_a_group_get_it_afte
     sessions = {sid: store.session(sid) for sid in order}
     for sid, session in sessions.items():
         await session.add_items([msg(sid), msg("second")])
-    async with writes_held(target):
+    async with target.writes_held():
         tasks = {sid: asyncio.ensure_future(sessions[sid].commit()) for sid in order}
         await until(lambda: proxy.apply_calls == len(order), "every commit reached the backend")
         cancelled = order[1::2]

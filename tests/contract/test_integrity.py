@@ -9,7 +9,6 @@ modes, the quarantine's storage, limited reads and the compaction hook.
 from __future__ import annotations
 
 import logging
-import sqlite3
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +25,7 @@ from sessions.errors import (
 )
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy
+from tests.helpers import ListSession
 from tests.history_items import assistant, call, output, reasoning, user
 
 PAIRS = sorted(CALL_OUTPUT.items())
@@ -54,6 +54,14 @@ def test_every_rule_has_a_commit_case() -> None:
     assert set(BREAKS) | {"not_an_object"} == set(RULES)
 
 
+async def rejecting(
+    target: Target, sid: str, *, autocommit: bool = False
+) -> tuple[Store[Any], Any]:
+    """A store of ``integrity="reject"`` and its session ``sid``."""
+    store = await target.open(integrity="reject")
+    return store, store.session(sid, autocommit=autocommit)
+
+
 async def test_not_an_object_is_refused_by_add_items_before_any_commit(
     store: Store[Any], sid: str
 ) -> None:
@@ -67,8 +75,7 @@ async def test_not_an_object_is_refused_by_add_items_before_any_commit(
 async def test_reject_refuses_a_commit_breaking_each_rule_and_applies_nothing(
     target: Target, sid: str, rule: str
 ) -> None:
-    store = await target.open(integrity="reject")
-    session = store.session(sid)
+    store, session = await rejecting(target, sid)
     await session.add_items([user(), *BREAKS[rule]])
     with pytest.raises(InvalidHistoryError) as info:
         await session.commit()
@@ -100,8 +107,7 @@ async def test_quarantine_stores_the_valid_items_and_quarantines_the_offender_of
 async def test_each_pair_type_is_refused_as_an_orphan_and_stored_when_answered(
     target: Target, sid: str, call_type: str, output_type: str
 ) -> None:
-    store = await target.open(integrity="reject")
-    session = store.session(sid)
+    store, session = await rejecting(target, sid)
     await session.add_items([user(), output(output_type, "c1")])
     with pytest.raises(InvalidHistoryError):
         await session.commit()
@@ -114,8 +120,7 @@ async def test_each_pair_type_is_refused_as_an_orphan_and_stored_when_answered(
 async def test_an_output_committed_after_its_call_in_an_earlier_commit_is_accepted(
     target: Target, sid: str
 ) -> None:
-    store = await target.open(integrity="reject")
-    session = store.session(sid, autocommit=True)
+    store, session = await rejecting(target, sid, autocommit=True)
     await session.add_items([user()])
     await session.add_items([call("function_call", "c1")])  # pending: the run goes on
     for i in range(40):  # the call falls far behind the first tail read
@@ -145,8 +150,7 @@ async def test_an_autocommit_output_after_the_sessions_own_call_reads_no_history
     """The SDK's autocommit order (input; call; output and answer): the session knows the
     call it committed itself, so the output's commit is judged without a read. A second
     session object, which did not commit the call, reads the tail to find it."""
-    store = await target.open(integrity="reject")
-    session = store.session(sid, autocommit=True)
+    store, session = await rejecting(target, sid, autocommit=True)
     await session.add_items([user()])
     await session.add_items([call("function_call", "c1")])
     reads = _count_loads(store, monkeypatch)
@@ -165,8 +169,7 @@ async def test_an_output_commits_after_its_call_reads_no_history_while_the_sessi
     """The session's memory of its history's end carries over its commits: a call two
     commits back is still known. A commit by another session object in between makes
     the session read again."""
-    store = await target.open(integrity="reject")
-    session = store.session(sid, autocommit=True)
+    store, session = await rejecting(target, sid, autocommit=True)
     await session.add_items([call("function_call", "c1")])
     await session.add_items([call("function_call", "c2")])
     reads = _count_loads(store, monkeypatch)
@@ -184,8 +187,7 @@ async def test_an_output_commits_after_its_call_reads_no_history_while_the_sessi
 async def test_a_call_popped_by_another_session_object_is_not_trusted_from_memory(
     target: Target, sid: str
 ) -> None:
-    store = await target.open(integrity="reject")
-    session = store.session(sid, autocommit=True)
+    store, session = await rejecting(target, sid, autocommit=True)
     await session.add_items([user(), call("function_call", "c1")])
     assert (await store.session(sid, autocommit=True).pop_item())["type"] == "function_call"
     with pytest.raises(InvalidHistoryError, match="orphan_output"):
@@ -198,8 +200,7 @@ async def test_a_call_popped_by_another_session_object_is_not_trusted_from_memor
 async def test_a_call_erased_by_an_admin_write_is_not_trusted_from_memory(
     target: Target, sid: str, erase: str
 ) -> None:
-    store = await target.open(integrity="reject")
-    session = store.session(sid, autocommit=True)
+    store, session = await rejecting(target, sid, autocommit=True)
     session.set_info(user_id=f"u-{sid}")
     await session.add_items([user(), call("function_call", "c1")])
     if erase == "delete_session":
@@ -216,8 +217,7 @@ async def test_a_call_erased_by_an_admin_write_is_not_trusted_from_memory(
 
 async def test_a_pending_call_at_the_end_of_a_commit_is_accepted(target: Target, sid: str) -> None:
     """A run cancelled mid-tool or waiting for an approval: the SDK resumes it."""
-    store = await target.open(integrity="reject")
-    session = store.session(sid)
+    store, session = await rejecting(target, sid)
     await session.add_items([user(), reasoning(), call("function_call", "c1")])
     await session.commit()
     await session.add_items([output("function_call_output", "c1"), assistant()])
@@ -370,25 +370,15 @@ async def test_open_store_takes_integrity_from_the_url(target: Target) -> None:
         await open_store(f"{target.url}{sep}integrity=maybe")
 
 
-class _Inner:
+class _Inner(ListSession):
     """A minimal SDK session in memory (what the wrapper wraps)."""
 
     def __init__(self) -> None:
-        self.session_id = "inner"
-        self.items: list[Any] = []
+        super().__init__("inner")
         self.session_settings = None
 
     async def get_items(self, limit: int | None = None) -> list[Any]:
         return list(self.items if limit is None else self.items[-limit:])
-
-    async def add_items(self, items: list[Any]) -> None:
-        self.items.extend(items)
-
-    async def pop_item(self) -> Any:
-        return self.items.pop() if self.items else None
-
-    async def clear_session(self) -> None:
-        self.items.clear()
 
 
 async def test_the_wrapper_rejects_by_default_and_refuses_quarantine() -> None:
@@ -458,17 +448,9 @@ async def test_a_store_migrated_past_3_without_it_gets_the_quarantine_table_on_o
 ) -> None:
     """Migrations were numbered apart by branches (3: quarantine, 5: catalogue): a database
     that recorded 5 but not 3 gets 3 when opened, and quarantines from then on."""
-    first = await target.open()
-    if target.kind == "sqlite":
-        assert target.sqlite_path is not None
-        with sqlite3.connect(target.sqlite_path) as conn:
-            conn.execute("DROP TABLE txs_quarantine")
-            conn.execute("DELETE FROM txs_schema WHERE version = 3")
-    else:
-        pool = first.pool  # type: ignore[attr-defined]
-        schema = target.pg_schema
-        await pool.execute(f'DROP TABLE "{schema}"."txs_quarantine"')
-        await pool.execute(f'DELETE FROM "{schema}"."txs_schema_version" WHERE version = 3')
+    await target.open()
+    await target.execute("DROP TABLE txs_quarantine")
+    await target.execute(f"DELETE FROM {target.schema_table} WHERE version = 3")
     store = await target.open()
     session = store.session(sid)
     await session.add_items([user(), output("function_call_output", "c1")])
@@ -506,8 +488,7 @@ async def test_a_staged_pop_of_a_call_whose_output_another_writer_stored_since_i
 
 
 async def test_popping_an_output_and_then_its_call_commits(target: Target, sid: str) -> None:
-    store = await target.open(integrity="reject")
-    session = store.session(sid)
+    store, session = await rejecting(target, sid)
     await session.add_items([user("q"), call("function_call", "c1")])
     await session.commit()
     await session.add_items([output("function_call_output", "c1")])

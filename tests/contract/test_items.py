@@ -18,11 +18,8 @@ import pytest
 
 from sessions import Store
 from sessions.errors import InvalidItemError
+from tests.helpers import msg
 from tests.sdk import sdk_import
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 class Colour(enum.Enum):

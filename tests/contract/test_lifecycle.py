@@ -13,10 +13,7 @@ from sessions._resource import Lifecycle
 from sessions.errors import SessionClosedError, StoreClosedError, WrongEventLoopError
 from tests.conftest import Target
 from tests.contract.proxy import gate_apply, install_proxy
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
 
 
 async def test_a_store_is_closing_while_its_commits_finish_then_closed(

@@ -25,7 +25,8 @@ from sessions.errors import CommitConflictError, TransientStorageError
 from sessions.otel import instrument
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy
-from tests.contract.test_group_commit import EARLY, until, writes_held
+from tests.contract.test_group_commit import EARLY, until
+from tests.helpers import committed, msg
 
 SYSTEM = {"sqlite": "sqlite", "postgres": "postgresql"}
 
@@ -65,10 +66,6 @@ def telemetry() -> Iterator[Telemetry]:
     t = Telemetry()
     yield t
     t.instrumentation.uninstrument()
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def _op(system: str, name: str, **extra: str) -> dict[str, str]:
@@ -135,9 +132,7 @@ async def test_a_commit_retried_after_a_transient_failure_reports_its_retries_an
             raise failures.pop()
 
     proxy.before_apply = fail_once
-    session = store.session(sid)
-    await session.add_items([msg("x")])
-    await session.commit()
+    await committed(store, sid, "x")
     assert telemetry.count("txsessions.commit.retries", db_system_name=system) == 1
     (span,) = [s for s in telemetry.spans.get_finished_spans() if s.name.startswith("commit")]
     assert span.attributes is not None and span.attributes["txsessions.attempts"] == 2
@@ -151,7 +146,7 @@ async def test_commits_that_shared_one_transaction_report_the_group_size(
     sessions = [store.session(f"otel-{run}-{i}") for i in range(EARLY + 4)]
     for session in sessions:
         await session.add_items([msg("hello")])
-    async with writes_held(target):
+    async with target.writes_held():
         tasks = [asyncio.ensure_future(session.commit()) for session in sessions]
         await until(lambda: proxy.apply_calls == len(sessions), "every commit reached the backend")
     await asyncio.gather(*tasks)
@@ -163,11 +158,9 @@ async def test_commits_that_shared_one_transaction_report_the_group_size(
 async def test_the_wait_for_a_pooled_connection_is_reported_by_postgresql_alone(
     store: Store[Any], target: Target, sid: str, telemetry: Telemetry
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("x")])
-    await session.commit()
+    await committed(store, sid, "x")
     waits = telemetry.count("db.client.connection.wait_time", db_system_name=SYSTEM[target.kind])
-    if target.kind == "postgres":
+    if target.pooled:
         assert waits >= 1
     else:  # SQLite has one connection, on its worker thread: no pool to wait for
         assert waits == 0
@@ -176,9 +169,7 @@ async def test_the_wait_for_a_pooled_connection_is_reported_by_postgresql_alone(
 async def test_after_uninstrument_nothing_more_is_reported(
     store: Store[Any], sid: str, telemetry: Telemetry
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("x")])
-    await session.commit()
+    session = await committed(store, sid, "x")
     telemetry.instrumentation.uninstrument()
     await session.add_items([msg("y")])
     await session.commit()

@@ -7,7 +7,6 @@ Every refusal names what was wrong and stages nothing, so the next commit still 
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,12 @@ import pytest
 from sessions import Store, TurnUsage
 from sessions._transfer import ImportFileError, import_sessions
 from tests.conftest import Target
-from tests.contract import raw
+from tests.helpers import age, commit_one, msg
 
 # The documented limits (docs/catalogue.md), written out: a change to one fails here.
 MAX_TTL = MAX_DURATION = timedelta(days=36525)  # 100 years
 MAX_INT64 = 2**63 - 1
 MAX_METADATA_DEPTH = 32
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def nested(depth: int) -> dict[str, Any]:
@@ -38,14 +33,6 @@ def nested(depth: int) -> dict[str, Any]:
         here["a"] = {}
         here = here["a"]
     return top
-
-
-async def _commit(store: Store[Any], session_id: str, **info: Any) -> None:
-    session = store.session(session_id)
-    if info:
-        session.set_info(**info)
-    await session.add_items([msg(session_id)])
-    await session.commit()
 
 
 async def _still_commits(store: Store[Any], session_id: str) -> None:
@@ -83,7 +70,7 @@ async def test_a_ttl_over_100_years_is_refused_naming_ttl_in_set_info_and_store_
     await _still_commits(store, sid)
 
     # 100 years itself is accepted, and listing and purging work around it.
-    await _commit(store, f"{sid}-max", ttl=MAX_TTL)
+    await commit_one(store, f"{sid}-max", ttl=MAX_TTL)
     info = await store.session_info(f"{sid}-max")
     assert info is not None and info.ttl == MAX_TTL
     assert info.expires_at() == info.updated_at + MAX_TTL
@@ -101,10 +88,10 @@ async def test_a_ttl_stored_past_100_years_by_an_older_version_breaks_no_listing
     store = await target.open()
     huge, beyond, expired = f"{sid}-huge", f"{sid}-beyond", f"{sid}-expired"
     for session_id in (huge, beyond, expired):
-        await _commit(store, session_id)
+        await commit_one(store, session_id)
     for session_id, seconds in ((huge, 86_400.0 * 999_999_999), (beyond, 1e300), (expired, 60.0)):
         await _set_ttl(target, session_id, seconds)
-    await _age(target, expired, 3600)
+    await age(target, expired, 3600)
 
     listed = {i.session_id: i async for i in store.iter_sessions()}
     for session_id in (huge, beyond):
@@ -122,24 +109,9 @@ async def test_a_ttl_stored_past_100_years_by_an_older_version_breaks_no_listing
 
 
 async def _set_ttl(target: Target, session_id: str, seconds: float) -> None:
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET ttl = {raw.param(target, 1)} "
-        f"WHERE session_id = {raw.param(target, 2)}",
+    await target.execute(
+        f"UPDATE txs_sessions SET ttl = {target.param(1)} WHERE session_id = {target.param(2)}",
         seconds,
-        session_id,
-    )
-
-
-async def _age(target: Target, session_id: str, seconds: int) -> None:
-    moved = (
-        f"updated_at - {seconds}"
-        if target.kind == "sqlite"
-        else f"updated_at - interval '{seconds} seconds'"
-    )
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET updated_at = {moved} WHERE session_id = {raw.param(target, 1)}",
         session_id,
     )
 
@@ -178,7 +150,7 @@ async def test_purge_and_prune_refuse_an_older_than_over_100_years_with_a_value_
 async def test_limits_past_64_bits_are_refused_naming_them_instead_of_overflowing(
     store: Store[Any], sid: str
 ) -> None:
-    await _commit(store, sid)
+    await commit_one(store, sid)
     session = store.session(sid)
     with pytest.raises(ValueError, match=r"limit must be at most 9223372036854775807"):
         await session.get_items(limit=2**70)
@@ -258,13 +230,12 @@ async def test_record_usage_refuses_a_count_past_64_bits_so_later_commits_still_
 
 
 async def test_usage_sums_past_64_bits_are_exact_and_the_same_on_every_backend(
-    target: Target, sid: str
+    target: Target, sid: str, tmp_path: Path
 ) -> None:
     """Three turns of the largest usage a turn records: the per-session and store sums
     are exact (SQLite's sum() would overflow, PostgreSQL's is numeric)."""
     # A store of this test's own (tests share the PostgreSQL schema): store.usage() sums it all.
-    options = {} if target.kind == "sqlite" else {"table_prefix": f"u{uuid.uuid4().hex[:8]}_"}
-    store = await target.open(**options)
+    store = await target.fresh(tmp_path).open()
     most = TurnUsage(MAX_INT64, MAX_INT64, MAX_INT64, MAX_INT64, MAX_INT64)
     for n in range(3):
         session = store.session(f"{sid}-{n % 2}")
@@ -310,7 +281,7 @@ async def test_metadata_nested_past_the_limit_is_a_value_error_naming_metadata(
     with pytest.raises(ValueError, match=r"metadata contains a reference cycle"):
         session.set_info(metadata=looped)
     deepest = nested(MAX_METADATA_DEPTH)
-    await _commit(store, sid, metadata=deepest)
+    await commit_one(store, sid, metadata=deepest)
     info = await store.session_info(sid)
     assert info is not None and info.metadata == deepest
 
@@ -318,7 +289,7 @@ async def test_metadata_nested_past_the_limit_is_a_value_error_naming_metadata(
 async def test_metadata_text_spelling_a_backslash_u0000_is_text_not_a_nul(
     store: Store[Any], sid: str
 ) -> None:
-    await _commit(store, sid, metadata={"path": "C:\\u0000", "k\\u0000": 1})
+    await commit_one(store, sid, metadata={"path": "C:\\u0000", "k\\u0000": 1})
     info = await store.session_info(sid)
     assert info is not None and info.metadata == {"path": "C:\\u0000", "k\\u0000": 1}
     with pytest.raises(ValueError, match=r"metadata\['path'\] must not contain NUL"):

@@ -13,17 +13,12 @@ import json
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner
 
 from sessions import SQLiteSession, Store, TransactionalSession
 from sessions.errors import CommitConflictError, CommitError, SessionError
 from tests.conftest import Target
-from tests.contract import raw
-from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
+from tests.helpers import approval_agent, approve_and_resume, msg, pause_for_approval
+from tests.sdk import need_sdk
 
 
 def state(label: str) -> str:
@@ -82,14 +77,14 @@ async def test_a_commit_the_database_rejects_applies_neither(
     store: Store[Any], target: Target, sid: str
 ) -> None:
     session = store.session(sid)
-    await raw.add_poison_trigger(target, sid)
+    await target.add_poison_trigger(sid)
     try:
         await session.add_items([msg("poison")])
         session.stage_run_state(state("never"))
         with pytest.raises(CommitError):
             await session.commit()
     finally:
-        await raw.drop_poison_trigger(target)
+        await target.drop_poison_trigger()
     assert await saved(target, sid) == ([], None, 0)
     await session.rollback()
 
@@ -181,42 +176,17 @@ async def test_an_approval_flow_across_two_transactions(
     state, approves, resumes; the tool output, the answer and the removal of the state
     commit together."""
     need_sdk("approvals")
-    from agents import function_tool
 
     runs: list[str] = []
-
-    @function_tool(needs_approval=True)
-    def delete_account(user: str) -> str:
-        """Delete the user's account."""
-        runs.append(user)
-        return f"deleted {user}"
-
-    model = ScriptedModel(
-        [
-            [function_call("delete_account", {"user": "ann"}, call_id="c1")],
-            [assistant_message("done: deleted")],
-        ]
-    )
-    agent = Agent(name="admin", model=model, tools=[delete_account])
-    config = RunConfig(tracing_disabled=True)
-
+    agent = approval_agent(runs)
     session = store.session(sid)
-    async with session.transaction():
-        result = await Runner.run(agent, "delete ann", session=session, run_config=config)
-        assert result.interruptions
-        session.stage_run_state(result.to_state())
+    await pause_for_approval(session, agent)
     items, text, version = await saved(target, sid)
     assert text is not None and version == 1 and runs == []
     assert [item.get("type") for item in items][-1] == "function_call"
 
     later = (await target.open()).session(sid)  # the next request: a new session object
-    async with later.transaction():
-        resumed = await later.load_run_state(agent)
-        for interruption in resumed.get_interruptions():
-            resumed.approve(interruption)
-        result = await Runner.run(agent, resumed, session=later, run_config=config)
-        assert result.final_output == "done: deleted"
-        later.discard_run_state()
+    await approve_and_resume(later, agent)
     items, text, version = await saved(target, sid)
     assert runs == ["ann"] and text is None and version == 2
     kinds = [item.get("type", item.get("role")) for item in items]

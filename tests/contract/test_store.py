@@ -9,12 +9,8 @@ import pytest
 
 from sessions import Store
 from tests.conftest import Target
-from tests.contract import raw
 from tests.contract.proxy import install_proxy
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import committed, msg
 
 
 async def test_list_sessions_pages_in_id_order(store: Store[Any], sid: str) -> None:
@@ -32,9 +28,7 @@ async def test_list_sessions_pages_in_id_order(store: Store[Any], sid: str) -> N
 
 
 async def test_delete_session_removes_history_and_metadata(store: Store[Any], sid: str) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("1")])
-    await session.commit()
+    await committed(store, sid, "1")
     assert (await store.session_info(sid)) is not None
     assert await store.delete_session(sid) is True
     assert await store.delete_session(sid) is False
@@ -50,10 +44,9 @@ async def test_purge_removes_only_stale_sessions_and_dry_run_removes_nothing(
         session = store.session(session_id)
         await session.add_items([msg(session_id)])
         await session.commit()
-    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
-    await raw.execute(
-        target,
-        f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {raw.param(target, 1)}",
+    past = target.epoch("1000000000")
+    await target.execute(
+        f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {target.param(1)}",
         old,
     )
     would = await store.purge(timedelta(days=30), dry_run=True)
@@ -79,14 +72,13 @@ async def test_purge_works_through_many_pages(store: Store[Any], target: Target,
 
 
 async def _stale(store: Store[Any], target: Target, ids: list[str]) -> None:
-    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
+    past = target.epoch("1000000000")
     for session_id in ids:
         session = store.session(session_id)
         await session.add_items([msg(session_id)])
         await session.commit()
-        await raw.execute(
-            target,
-            f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {raw.param(target, 1)}",
+        await target.execute(
+            f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {target.param(1)}",
             session_id,
         )
 
@@ -142,16 +134,11 @@ async def test_delete_stale_keeps_a_session_written_after_it_was_listed_and_dele
 async def test_pruning_batch_records_keeps_recent_ones(
     store: Store[Any], target: Target, sid: str
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("1")])
-    await session.commit()
+    session = await committed(store, sid, "1")
     assert await store.prune_batch_records(timedelta(days=1)) == 0  # too recent
-    back = (
-        "committed_at - 172800" if target.kind == "sqlite" else "committed_at - interval '2 days'"
-    )
-    await raw.execute(
-        target,
-        f"UPDATE txs_batches SET committed_at = {back} WHERE session_id = {raw.param(target, 1)}",
+    back = target.ago("committed_at", 2 * 86400)
+    await target.execute(
+        f"UPDATE txs_batches SET committed_at = {back} WHERE session_id = {target.param(1)}",
         sid,
     )
     assert await store.prune_batch_records(timedelta(days=1)) >= 1
@@ -167,23 +154,28 @@ async def _make_stale(target: Target, store: Store[Any], ids: list[str]) -> None
         session = store.session(session_id)
         await session.add_items([msg(session_id)])
         await session.commit()
-    past = "1000000000" if target.kind == "sqlite" else "to_timestamp(1000000000)"
+    past = target.epoch("1000000000")
     for session_id in ids:
-        await raw.execute(
-            target,
-            f"UPDATE txs_sessions SET updated_at = {past} "
-            f"WHERE session_id = {raw.param(target, 1)}",
+        await target.execute(
+            f"UPDATE txs_sessions SET updated_at = {past} WHERE session_id = {target.param(1)}",
             session_id,
         )
+
+
+async def _stale_and_proxied(
+    target: Target, store: Store[Any], sid: str, n: int
+) -> tuple[list[str], Any, Any]:
+    """``n`` stale sessions, a proxy on the store's backend, and its real listing."""
+    ids = [f"{sid}-{i}" for i in range(n)]
+    await _make_stale(target, store, ids)
+    proxy = install_proxy(store)
+    return ids, proxy, proxy.inner.stale_sessions
 
 
 async def test_purge_keeps_a_session_written_to_after_it_was_listed(
     store: Store[Any], target: Target, sid: str
 ) -> None:
-    ids = [f"{sid}-{i}" for i in range(3)]
-    await _make_stale(target, store, ids)
-    proxy = install_proxy(store)
-    listing = proxy.inner.stale_sessions
+    ids, proxy, listing = await _stale_and_proxied(target, store, sid, 3)
 
     async def list_then_write(*args: Any, **kwargs: Any) -> Any:
         page = await listing(*args, **kwargs)
@@ -204,10 +196,7 @@ async def test_purge_keeps_a_session_written_to_after_it_was_listed(
 async def test_purge_dry_run_lists_a_page_at_a_time(
     store: Store[Any], target: Target, sid: str
 ) -> None:
-    ids = [f"{sid}-{i}" for i in range(5)]
-    await _make_stale(target, store, ids)
-    proxy = install_proxy(store)
-    listing = proxy.inner.stale_sessions
+    ids, proxy, listing = await _stale_and_proxied(target, store, sid, 5)
     limits: list[int] = []
 
     async def spy(*args: Any, **kwargs: Any) -> Any:

@@ -23,16 +23,13 @@ from agents import Agent, RunConfig, Runner
 from sessions import BufferedSession, SQLiteSession
 from sessions._locks import CrossLoopLock, _Waiter
 from sessions.errors import WrongEventLoopError
-from tests.conftest import PG_DSN, Target, make_target
+from tests.conftest import Target, make_target
+from tests.helpers import msg
 from tests.sdk import ScriptedModel, assistant_message, has
 
 THREADS = 5
 PER_THREAD = 8
 JOIN = 60.0  # seconds a thread may take before the test fails (never hangs)
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 def in_threads(work: Callable[[int], Coroutine[Any, Any, Any]], n: int = THREADS) -> list[Any]:
@@ -61,12 +58,7 @@ def in_threads(work: Callable[[int], Coroutine[Any, Any, Any]], n: int = THREADS
 
 
 def one_liner(target: Target, sid: str, **options: Any) -> BufferedSession:
-    if target.kind == "sqlite":
-        assert target.sqlite_path is not None
-        return SQLiteSession(sid, target.sqlite_path, **options)
-    from sessions.postgres import PostgresSession
-
-    return PostgresSession(sid, PG_DSN, schema=target.pg_schema, **options)
+    return target.session(sid, **options)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

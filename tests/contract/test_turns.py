@@ -8,7 +8,6 @@ that need raw SQL (``store`` / ``target``: SQLite and PostgreSQL).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,15 +19,11 @@ from agents import Agent, RunConfig, Runner
 from sessions import SQLiteStore, Store, TransactionalSession, Turn, TurnUsage
 from sessions._history import CALL_OUTPUT, check_history
 from sessions.errors import CommitConflictError, CommitError, SessionError
-from sessions.sqlite import MIGRATIONS
 from tests.conftest import Target
-from tests.contract import raw
+from tests.helpers import approval_agent, approve_and_resume, msg, pause_for_approval
 from tests.history_items import call, output
-from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
+from tests.provision.sqlite import old_database
+from tests.sdk import ScriptedModel, assistant_message, need_sdk
 
 
 def shape(turns: list[Turn]) -> list[tuple[int, int, str | None, bool]]:
@@ -148,10 +143,8 @@ async def test_clear_removes_every_turn_record(store: Store[Any], target: Target
     await session.clear_session()
     await session.commit()
     assert await session.turns() == []
-    p1 = raw.param(target, 1)
-    count = await raw.fetch_value(
-        target, f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid
-    )
+    p1 = target.param(1)
+    count = await target.fetch_value(f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid)
     assert int(count) == 0
     await session.clear_session()
     await session.add_items([msg("after")])
@@ -164,10 +157,8 @@ async def test_deleting_a_session_deletes_its_turn_records(
 ) -> None:
     await commit_turns(store.session(sid), 1)
     assert await store.delete_session(sid)
-    p1 = raw.param(target, 1)
-    count = await raw.fetch_value(
-        target, f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid
-    )
+    p1 = target.param(1)
+    count = await target.fetch_value(f"SELECT count(*) FROM txs_turns WHERE session_id = {p1}", sid)
     assert int(count) == 0
 
 
@@ -177,9 +168,7 @@ async def test_history_without_turn_records_reads_as_one_turn(
     """What a store from before schema version 4 holds: items, no turn records."""
     session = store.session(sid)
     await commit_turns(session, 2, 3)
-    await raw.execute(
-        target, f"DELETE FROM txs_turns WHERE session_id = {raw.param(target, 1)}", sid
-    )
+    await target.execute(f"DELETE FROM txs_turns WHERE session_id = {target.param(1)}", sid)
     turns = await session.turns()
     assert shape(turns) == [(1, 5, None, False)] and turns[0].created_at is None
     await commit_turns(session, 1)
@@ -192,13 +181,7 @@ async def test_a_sqlite_file_from_schema_version_2_reads_its_history_as_one_turn
     tmp_path: Path,
 ) -> None:
     path = str(tmp_path / "old.db")
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("CREATE TABLE txs_schema (version INTEGER NOT NULL)")
-    for number, statements in MIGRATIONS:
-        if number <= 2:
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute("INSERT INTO txs_schema (version) VALUES (?)", (number,))
+    conn = old_database(path, 2)
     conn.execute(
         "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
         "VALUES ('old', 0, 0, 3, 4)"
@@ -224,7 +207,7 @@ async def test_a_commit_the_database_rejects_records_no_turn_nor_usage_and_the_r
 ) -> None:
     session = store.session(sid)
     await commit_turns(session, 1)
-    await raw.add_poison_trigger(target, sid)
+    await target.add_poison_trigger(sid)
     try:
         await session.add_items([msg("fine"), msg("poison")])
         session.record_usage(TurnUsage(1, 5, 5, 0, 0))
@@ -233,7 +216,7 @@ async def test_a_commit_the_database_rejects_records_no_turn_nor_usage_and_the_r
         assert shape(await store.session(sid).turns()) == [(1, 1, None, False)]
         assert await session.usage() == TurnUsage()
     finally:
-        await raw.drop_poison_trigger(target)
+        await target.drop_poison_trigger()
     await session.commit()
     await session.commit()  # nothing staged: nothing more
     assert shape(await store.session(sid).turns()) == [(1, 1, None, False), (2, 2, None, False)]
@@ -632,34 +615,11 @@ async def test_after_an_approval_get_items_turns_1_is_input_the_api_takes(
     with the resumed one (turn 2). ``get_items(turns=1)`` holds no orphan output, and
     rewind and fork refuse the cut between the two turns."""
     need_sdk("approvals")
-    from agents import function_tool
 
-    @function_tool(needs_approval=True)
-    def delete_account(user: str) -> str:
-        """Delete the user's account."""
-        return f"deleted {user}"
-
-    model = ScriptedModel(
-        [
-            [function_call("delete_account", {"user": "ann"}, call_id="c1")],
-            [assistant_message("done: deleted")],
-        ]
-    )
-    agent = Agent(name="admin", model=model, tools=[delete_account])
-    config = RunConfig(tracing_disabled=True)
-    session = tstore.session(sid)
-    async with session.transaction():
-        result = await Runner.run(agent, "delete ann", session=session, run_config=config)
-        assert result.interruptions
-        session.stage_run_state(result.to_state())
+    agent = approval_agent()
+    await pause_for_approval(tstore.session(sid), agent)
     later = tstore.session(sid)  # the next request
-    async with later.transaction():
-        state = await later.load_run_state(agent)
-        for interruption in state.get_interruptions():
-            state.approve(interruption)
-        result = await Runner.run(agent, state, session=later, run_config=config)
-        assert result.final_output == "done: deleted"
-        later.discard_run_state()
+    await approve_and_resume(later, agent)
 
     turns = await later.turns()
     assert len(turns) == 2
@@ -775,7 +735,7 @@ async def test_commits_sharing_one_group_transaction_each_record_their_own_turn(
     test_group_commit.py): one transaction, and still one turn per commit, with its own
     range, run id and usage; three writers of one session make three turns."""
     from tests.contract.proxy import install_proxy
-    from tests.contract.test_group_commit import EARLY, transactions_of, until, writes_held
+    from tests.contract.test_group_commit import EARLY, transactions_of, until
 
     run = uuid.uuid4().hex[:8]
     early = [f"t-{run}-early-{i}" for i in range(EARLY)]
@@ -789,7 +749,7 @@ async def test_commits_sharing_one_group_transaction_each_record_their_own_turn(
         await session.add_items([msg(f"{n}.{i}") for i in range(n % 3 + 1)])
         session.record_usage(TurnUsage(1, n, 0, 0, 0))
     everyone = sessions + writers
-    async with writes_held(target):
+    async with target.writes_held():
         tasks = [asyncio.ensure_future(s.commit()) for s in everyone]
         await until(lambda: proxy.apply_calls == len(tasks), "every commit reached the backend")
     await asyncio.gather(*tasks)

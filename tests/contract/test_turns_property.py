@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessions import MemoryStore, Store
+from sessions import Store
 from sessions.errors import CommitConflictError
 from tests.conftest import BACKENDS, make_target
 
@@ -155,7 +155,7 @@ async def play(store: Store[Any], ops: list[tuple[str, int, int]]) -> None:
 def test_random_fork_rewind_commit_undo_sequences_keep_every_branch_valid_and_whole(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    target = None if kind == "memory" else make_target(kind, tmp_path, request)
+    target = make_target(kind, tmp_path, request)  # one database; each example its own ids
 
     @settings(
         max_examples=30,
@@ -166,13 +166,11 @@ def test_random_fork_rewind_commit_undo_sequences_keep_every_branch_valid_and_wh
     @given(ops=st.lists(_op, min_size=1, max_size=16))
     def scenario(ops: list[tuple[str, int, int]]) -> None:
         async def main() -> None:
-            store = await MemoryStore.open() if target is None else await target.open()
+            store = await target.open_store()
             try:
                 await play(store, ops)
             finally:
                 await store.close()
-                if target is not None:
-                    target.opened.clear()
 
         asyncio.run(main())
 

@@ -9,29 +9,17 @@ speed.
 from __future__ import annotations
 
 import asyncio
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from benchmarks.handoff import PHASES
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_benchmark
 
 
 @pytest.mark.timeout(120)
 def test_the_handoff_benchmark_writes_every_phase_of_both_subjects(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.handoff", "--quick", "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads((tmp_path / "handoff.json").read_text())
+    report = run_benchmark("handoff", tmp_path)
     assert set(report["results"]) == {"ours", "floor"}
     for figures in report["results"].values():
         phases = figures["phases_us"]

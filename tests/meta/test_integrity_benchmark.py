@@ -6,28 +6,16 @@ is recorded. No figure is compared to a speed.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import run_benchmark
 
 
 @pytest.mark.timeout(120)
 def test_the_integrity_benchmark_writes_both_modes_and_their_ratio(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.integrity", "--quick", "--out", str(tmp_path)]
-        + ["--backends", "core", "sqlite"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads((tmp_path / "integrity.json").read_text())
+    report = run_benchmark("integrity", tmp_path, "--backends", "core", "sqlite")
     assert set(report["results"]) == {"core", "sqlite"}
     assert set(report["results"]["sqlite"]) == {"transaction", "autocommit", "read"}
     for workloads in report["results"].values():

@@ -10,12 +10,11 @@ import uuid
 from collections.abc import Coroutine
 from typing import Any
 
-from sessions import MemoryBackend, MemoryStore, SQLiteStore, Store
+from sessions import Store
+from tests.provision import PROVISIONS
+from tests.provision.postgres import PG_DSN  # noqa: F401 - the soak imports it from here
 
 from .spec import ObjectModel
-
-DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
-PG_DSN = os.environ.get("SESSIONS_TEST_POSTGRES_DSN", DEFAULT_PG_DSN)
 
 #: Known defects of b92b180 whose programs are not generated (or checks not made), to
 #: explore the others: empty in the suite; ``TXS_MODEL_SKIP=name,...`` while exploring
@@ -67,11 +66,11 @@ class Harness:
 
     def __init__(self, kind: str, pg_schema: str | None = None) -> None:
         self.kind = kind
-        self.pg_schema = pg_schema
         self.runner = _Loop()
         self.prefix = f"m{uuid.uuid4().hex[:10]}-"
         self.tmp = tempfile.TemporaryDirectory(prefix="txs-model-")
-        self.memory = MemoryBackend() if kind == "memory" else None
+        # Stores of the memory backend share one MemoryBackend; PostgreSQL: the run's schema.
+        self.db = PROVISIONS[kind].new(self.tmp.name, name="model", schema=pg_schema or "public")
         self.stores: list[Store[Any]] = []
         self.objects: list[Any] = []
         self.run(self._start())
@@ -86,16 +85,7 @@ class Harness:
         return self.prefix + user
 
     async def open_store(self) -> Store[Any]:
-        if self.kind == "memory":
-            assert self.memory is not None
-            return await MemoryStore.open(self.memory)
-        if self.kind == "sqlite":
-            return await SQLiteStore.open(os.path.join(self.tmp.name, "model.db"))
-        from sessions.postgres import PostgresStore
-
-        return await PostgresStore.open(
-            PG_DSN, schema=self.pg_schema or "public", min_size=1, max_size=4
-        )
+        return await self.db.open_store()
 
     def make_object(self, store: int, sid: str, auto: bool) -> Any:
         return self.stores[store].session(self.rid(sid), autocommit=auto, integrity="reject")
@@ -126,7 +116,7 @@ class Harness:
             if not obj.closed and obj.has_pending:
                 await obj.rollback()
         store = self.stores[0]
-        if self.kind == "postgres" and store.usable_here():
+        if self.db.shared and store.usable_here():
             for sid in POOL:  # the schema is shared by every program of a run
                 await store.delete_session(self.rid(sid))
         for store in self.stores:

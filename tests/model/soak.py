@@ -15,11 +15,9 @@ import argparse
 import asyncio
 import contextlib
 import io
-import os
 import subprocess
 import sys
 import time
-import uuid
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,8 +25,9 @@ import hypothesis.core
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from tests.provision import PROVISIONS
+
 from . import report
-from .harness import PG_DSN
 from .machine import ModelMachine
 
 PROGRAMS_PER_ROUND = 10
@@ -91,23 +90,6 @@ def soak_backend(kind: str, steps: int, seed: int, schema: str | None) -> dict[s
     }
 
 
-def make_schema() -> str:
-    return f"txs_model_soak_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-
-
-def drop_schema(name: str) -> None:
-    import asyncpg
-
-    async def drop() -> None:
-        conn = await asyncpg.connect(PG_DSN)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        finally:
-            await conn.close()
-
-    asyncio.run(drop())
-
-
 def git_head() -> str:
     done = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
@@ -131,12 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [k for k in args.backends.split(",") if k]
     rows: dict[str, Any] = {}
     for kind in kinds:
-        schema = make_schema() if kind == "postgres" else None
+        db = PROVISIONS[kind].new(name="txs_model_soak")  # PostgreSQL: a schema of its own
         try:
-            rows[kind] = soak_backend(kind, args.steps, args.seed, schema)
+            rows[kind] = soak_backend(kind, args.steps, args.seed, db.pg_schema)
         finally:
-            if schema is not None:
-                drop_schema(schema)
+            asyncio.run(db.drop())
     data = {
         "command": "python -m tests.model.soak " + " ".join(argv or sys.argv[1:]),
         "commit": git_head(),

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import require_postgres
+from tests.provision import PROVISIONS
 
 from .machine import ModelMachine
 
@@ -147,8 +147,5 @@ def run_program(kind: str, steps: list[Step], schema: str | None = None) -> None
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
 @pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
 def test_program(kind: str, name: str, request: Any) -> None:
-    schema = None
-    if kind == "postgres":
-        require_postgres()
-        schema = request.getfixturevalue("pg_schema")
+    schema = PROVISIONS[kind].test_schema(request)
     run_program(kind, PROGRAMS[name], schema)

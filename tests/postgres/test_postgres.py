@@ -34,6 +34,8 @@ from sessions.errors import (
     TransientStorageError,
 )
 from tests.conftest import PG_DSN, require_postgres
+from tests.helpers import hold_session_row, msg, retrying
+from tests.provision.postgres import drop_schema
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -51,22 +53,10 @@ pytestmark = pytest.mark.postgres
 REPO = Path(__file__).resolve().parents[2]
 
 
-def msg(text: str, **extra: Any) -> dict[str, Any]:
-    return {"role": "user", "content": text, **extra}
-
-
 @pytest.fixture
 def pg() -> None:
     """Skip (or, in CI, fail) when no PostgreSQL answers. Sync, so it probes outside a loop."""
     require_postgres()
-
-
-async def _drop_schema(name: str) -> None:
-    conn = await asyncpg.connect(PG_DSN)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
 
 
 @pytest.fixture
@@ -74,7 +64,7 @@ async def fresh_schema(pg: None) -> AsyncIterator[str]:
     """A schema name nobody has used yet (it does not exist); dropped afterwards."""
     name = f"txs_t_{uuid.uuid4().hex[:12]}"
     yield name
-    await _drop_schema(name)
+    await drop_schema(name)
 
 
 @pytest.fixture
@@ -202,11 +192,7 @@ async def test_from_pool_close_waits_for_a_commit_in_flight(pg_schema: str, sid:
         await s.add_items([msg("first")])
         await s.commit()
         # Hold the session row so the next commit waits inside the database.
-        await blocker.execute("BEGIN")
-        await blocker.execute(
-            f"SELECT 1 FROM {store.postgres.table('sessions')} WHERE session_id = $1 FOR UPDATE",
-            sid,
-        )
+        await hold_session_row(blocker, store, sid)
         await s.add_items([msg("second")])
         commit = asyncio.ensure_future(s.commit())
         await _wait_for_lock_waiter()
@@ -440,12 +426,7 @@ async def test_cancelled_apply_leaves_nothing_running_or_open_on_the_server(
         await s.commit()
         rows = await store.postgres.load(sid, None)
         for two_batches in (True, False):  # explicit-transaction path, one-statement path
-            await blocker.execute("BEGIN")
-            await blocker.execute(
-                f"SELECT 1 FROM {store.postgres.table('sessions')} "
-                "WHERE session_id = $1 FOR UPDATE",
-                sid,
-            )
+            await hold_session_row(blocker, store, sid)
             item = json.dumps(msg("never"))
             if two_batches:
                 batches = [
@@ -489,11 +470,7 @@ async def test_command_timeout_while_locked_then_commit_again_applies_once(
         s = store.session(sid)
         await s.add_items([msg("a")])
         await s.commit()
-        await blocker.execute("BEGIN")
-        await blocker.execute(
-            f"SELECT 1 FROM {store.postgres.table('sessions')} WHERE session_id = $1 FOR UPDATE",
-            sid,
-        )
+        await hold_session_row(blocker, store, sid)
         await s.add_items([msg("b")])
         with pytest.raises(CommitError) as info:
             await s.commit()
@@ -640,28 +617,18 @@ async def test_backends_terminated_mid_commit_lose_and_duplicate_nothing(
             )
             kills += killed
 
-    async def retrying(op: Any) -> Any:
-        last: BaseException | None = None
-        for _ in range(50):
-            try:
-                return await op()
-            except (CommitError, TransientStorageError) as exc:
-                last = exc
-                await asyncio.sleep(0.005)
-        raise AssertionError(f"operation never succeeded: {last!r}")
-
     expected: list[dict[str, Any]] = []
     killer_task = asyncio.ensure_future(killer())
     try:
         s = store.session(sid)
         for i in range(200):
             if i % 7 == 6:
-                popped = await retrying(s.pop_item)
+                popped = await retrying(s.pop_item, tries=50, pause=0.005)
                 assert popped == expected.pop()
             new = [msg(f"{i}.0", i=i), msg(f"{i}.1", i=i)]
             await s.add_items(new)
             expected.extend(new)
-            await retrying(s.commit)
+            await retrying(s.commit, tries=50, pause=0.005)
     finally:
         done = True
         await killer_task
@@ -890,12 +857,17 @@ def pgbouncer_dsn(pg: None) -> Iterator[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+async def bouncer_store(dsn: str, schema: str) -> PostgresStore:
+    """A store through PgBouncer: 6 clients, unnamed statements (``statement_cache_size=0``)."""
+    return await PostgresStore.open(
+        dsn, schema=schema, min_size=1, max_size=6, statement_cache_size=0
+    )
+
+
 async def test_pgbouncer_transaction_pooling(pgbouncer_dsn: str, fresh_schema: str) -> None:
     """Through PgBouncer (transaction mode, 2 server connections for 6 clients) with
     statement_cache_size=0: migrations, both commit paths, admin, concurrency."""
-    store = await PostgresStore.open(
-        pgbouncer_dsn, schema=fresh_schema, min_size=1, max_size=6, statement_cache_size=0
-    )
+    store = await bouncer_store(pgbouncer_dsn, fresh_schema)
     try:
 
         async def writer(k: int) -> None:

@@ -16,13 +16,17 @@ from typing import Any
 import pytest
 
 from sessions import Batch, RetryPolicy
-from sessions.errors import CommitError, TransientStorageError
 from tests.conftest import PG_DSN, require_postgres
+from tests.helpers import msg, retrying
 
 asyncpg = pytest.importorskip("asyncpg")
 
 from sessions.postgres import PostgresStore  # noqa: E402 - needs asyncpg
-from tests.postgres.test_postgres import fresh_schema, pgbouncer_dsn  # noqa: E402, F401 - fixtures
+from tests.postgres.test_postgres import (  # noqa: E402, F401 - fixtures, and a store through them
+    bouncer_store,
+    fresh_schema,
+    pgbouncer_dsn,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -30,10 +34,6 @@ pytestmark = pytest.mark.postgres
 @pytest.fixture
 def pg() -> None:
     require_postgres()
-
-
-def msg(text: str, **extra: Any) -> dict[str, Any]:
-    return {"role": "user", "content": text, **extra}
 
 
 def _app() -> dict[str, Any]:
@@ -86,16 +86,6 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
                 app,
             )
 
-    async def retrying(op: Any) -> Any:
-        last: BaseException | None = None
-        for _ in range(100):
-            try:
-                return await op()
-            except (CommitError, TransientStorageError) as exc:
-                last = exc
-                await asyncio.sleep(0.002)
-        raise AssertionError(f"operation never succeeded: {last!r}")
-
     run = uuid.uuid4().hex[:8]
     expected: dict[str, list[dict[str, Any]]] = {}
 
@@ -105,12 +95,12 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
         session = store.session(sid)
         for i in range(40):
             if i % 9 == 8:
-                popped = await retrying(session.pop_item)
+                popped = await retrying(session.pop_item, tries=100, pause=0.002)
                 assert popped == mine.pop()
             new = [msg(f"{w}.{i}.0", w=w, i=i), msg(f"{w}.{i}.1", w=w, i=i)]
             await session.add_items(new)
             mine.extend(new)
-            await retrying(session.commit)
+            await retrying(session.commit, tries=100, pause=0.002)
 
     killer_task = asyncio.ensure_future(killer())
     try:
@@ -225,9 +215,7 @@ async def test_groups_through_pgbouncer_in_transaction_pooling_mode(
     """A group is one implicit transaction of pipelined statements: PgBouncer (transaction
     mode, 2 server connections) must keep it on one server connection, also with
     unnamed statements (``statement_cache_size=0``)."""
-    store = await PostgresStore.open(
-        pgbouncer_dsn, schema=fresh_schema, min_size=1, max_size=6, statement_cache_size=0
-    )
+    store = await bouncer_store(pgbouncer_dsn, fresh_schema)
     try:
 
         async def writer(k: int) -> None:

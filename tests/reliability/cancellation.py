@@ -143,22 +143,35 @@ def _write_scenario(ctx: Ctx, *, autocommit: bool) -> tuple[Make, Judge]:
     return make, judge
 
 
+async def _seeded(ctx: Ctx, state: dict[str, Any], name: str, autocommit: bool) -> Any:
+    """A gated session of a history seeded with two items (kept in ``state``)."""
+    sid = _sid(f"auto{name}" if autocommit else name)
+    before = await ctx.seed(sid, [0, 1])
+    s = ctx.gated.session(sid, autocommit=autocommit)
+    state.update(sid=sid, s=s, before=before)
+    return s
+
+
+async def _looked_at(
+    ctx: Ctx, state: dict[str, Any], out: Outcome
+) -> tuple[str, Any, list[Any], list[Any], list[str]]:
+    """What ``_seeded`` kept, the stored history, and an unexpected error as a problem."""
+    sid, s, before = state["sid"], state["s"], state["before"]
+    problems: list[str] = []
+    stored = await ctx.stored(sid)
+    if out.error is not None:
+        problems.append(f"unexpected {type(out.error).__name__}: {out.error}")
+    return sid, s, before, stored, problems
+
+
 def _pop_scenario(ctx: Ctx, *, autocommit: bool) -> tuple[Make, Judge]:
     state: dict[str, Any] = {}
 
     async def make() -> Op:
-        sid = _sid("autopop" if autocommit else "pop")
-        before = await ctx.seed(sid, [0, 1])
-        s = ctx.gated.session(sid, autocommit=autocommit)
-        state.update(sid=sid, s=s, before=before)
-        return s.pop_item
+        return (await _seeded(ctx, state, "pop", autocommit)).pop_item
 
     async def judge(out: Outcome) -> list[str]:
-        sid, s, before = state["sid"], state["s"], state["before"]
-        problems: list[str] = []
-        stored = await ctx.stored(sid)
-        if out.error is not None:
-            problems.append(f"unexpected {type(out.error).__name__}: {out.error}")
+        sid, s, before, stored, problems = await _looked_at(ctx, state, out)
         if out.completed and out.result != before[-1]:
             problems.append(f"pop_item returned {out.result!r}, not the newest item")
         if autocommit:
@@ -192,18 +205,10 @@ def _clear_scenario(ctx: Ctx, *, autocommit: bool) -> tuple[Make, Judge]:
     state: dict[str, Any] = {}
 
     async def make() -> Op:
-        sid = _sid("autoclear" if autocommit else "clear")
-        before = await ctx.seed(sid, [0, 1])
-        s = ctx.gated.session(sid, autocommit=autocommit)
-        state.update(sid=sid, s=s, before=before)
-        return s.clear_session
+        return (await _seeded(ctx, state, "clear", autocommit)).clear_session
 
     async def judge(out: Outcome) -> list[str]:
-        sid, s, before = state["sid"], state["s"], state["before"]
-        problems: list[str] = []
-        stored = await ctx.stored(sid)
-        if out.error is not None:
-            problems.append(f"unexpected {type(out.error).__name__}: {out.error}")
+        sid, s, before, stored, problems = await _looked_at(ctx, state, out)
         applied = out.completed or (out.started and out.interrupted)
         if autocommit:
             want = [] if applied else before
@@ -315,7 +320,7 @@ async def open_ctx(target: TargetLike) -> Ctx:
     real = await target.open()
     return Ctx(
         target=target,
-        reader=RawReader(target),
+        reader=target.raw_reader(),
         real=real,
         gated=GatedStore(real),
         gated_once=GatedStore(real, retry=RetryPolicy(attempts=1, initial_delay=0.0)),

@@ -7,7 +7,6 @@ import asyncio
 import json
 import random
 import signal
-import sqlite3
 import uuid
 from typing import Any
 
@@ -35,15 +34,6 @@ async def start_together(children: list[asyncio.subprocess.Process]) -> None:
         assert child.stdin is not None
         child.stdin.write(b"go\n")
     await asyncio.gather(*(c.stdin.drain() for c in children if c.stdin is not None))
-
-
-def sqlite_integrity(path: str) -> str:
-    conn = sqlite3.connect(path, timeout=30)
-    try:
-        rows = conn.execute("PRAGMA integrity_check").fetchall()
-    finally:
-        conn.close()
-    return "; ".join(str(r[0]) for r in rows)
 
 
 async def crash_scenario(
@@ -85,11 +75,9 @@ async def crash_scenario(
             ledger.confirm(writer, b)
         ledger.maybe(writer, len(reported))  # in flight when killed: may or may not be stored
         committed_total += len(reported)
-        if target.kind == "sqlite":
-            assert target.sqlite_path is not None
-            verdict = await asyncio.to_thread(sqlite_integrity, target.sqlite_path)
-            if verdict != "ok":
-                problems.append(f"kill {writer}: PRAGMA integrity_check = {verdict}")
+        problem = await target.integrity_problem()
+        if problem is not None:
+            problems.append(f"kill {writer}: {problem}")
         history = await read_history(target, sid)
         problems += [f"kill {writer} (seed {seed}): {p}" for p in check_history(history, ledger)]
         if problems:
@@ -205,10 +193,9 @@ async def concurrent_first_use(
                 ledger.confirm(w, 0)
         history = await read_history(db, sid)
         problems += check_history(history, ledger)
-        if kind == "sqlite" and db.sqlite_path:
-            verdict = await asyncio.to_thread(sqlite_integrity, db.sqlite_path)
-            if verdict != "ok":
-                problems.append(f"PRAGMA integrity_check = {verdict}")
+        problem = await db.integrity_problem()
+        if problem is not None:
+            problems.append(problem)
     finally:
         await db.drop()
     return procs, problems

@@ -44,10 +44,11 @@ from typing import Any
 
 from sessions import RetryPolicy
 from sessions.errors import CommitError
+from tests.provision import PROVISIONS
 
 from . import report
 from .cancellation import run_sweep
-from .harness import Db, new_db, pg_execute, read_history
+from .harness import Db, new_db, read_history
 from .invariant import Ledger, check_history, make_batch
 from .lost_connection import lost_ack_scenario, terminate_storm, terminate_sweep
 from .memory import run_turns
@@ -408,12 +409,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     figures: list[Figure] = []
     for kind in backends:
-        if kind == "postgres":
-            try:
-                asyncio.run(pg_execute("SELECT 1"))
-            except Exception as exc:  # noqa: BLE001
-                print(f"postgres: skipped, no server: {exc}")
-                continue
+        problem = PROVISIONS[kind].problem()
+        if problem is not None:
+            print(f"{kind}: skipped, {problem}")
+            continue
         minutes = None if args.full else args.minutes
         figures += asyncio.run(soak_backend(kind, minutes, args.only, args.restart, run))
     if not args.no_write and figures:

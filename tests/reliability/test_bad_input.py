@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 from sessions import RetryPolicy, SQLiteStore
 from sessions.errors import CommitError, InvalidItemError, SessionError, StorageError
+from tests.provision import PROVISIONS
 
 from .harness import PG_DSN, Db, new_db, open_url, pg_execute, with_query
 from .pgproxy import PgProxy
@@ -170,10 +171,7 @@ surrogate_inside = st.sampled_from(["\ud800", "a\udfffb", "\ud83d\ude00"]).flatm
 
 
 def require(kind: str) -> None:
-    if kind == "postgres":
-        from tests.conftest import require_postgres
-
-        require_postgres()
+    PROVISIONS[kind].require()
 
 
 @pytest.fixture(params=KINDS)

@@ -22,24 +22,15 @@ from sessions._migrate import migrate, open_source
 from sessions._transfer import import_sessions
 from sessions.errors import CommitError
 from tests.conftest import Target
-from tests.contract import raw
 from tests.contract.proxy import install_proxy
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
 
 
 async def age_batch_records(target: Target, session_prefix: str, days: int = 2) -> None:
     """Make every batch record of the sessions starting with ``session_prefix`` old."""
-    if target.kind == "sqlite":
-        shift = f"committed_at - {days * 86400}"
-    else:
-        shift = f"committed_at - interval '{days} days'"
-    await raw.execute(
-        target,
-        f"UPDATE txs_batches SET committed_at = {shift} "
-        f"WHERE session_id LIKE {raw.param(target, 1)}",
+    shift = target.ago("committed_at", days * 86400)
+    await target.execute(
+        f"UPDATE txs_batches SET committed_at = {shift} WHERE session_id LIKE {target.param(1)}",
         session_prefix + "%",
     )
 

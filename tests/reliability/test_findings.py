@@ -271,7 +271,6 @@ async def test_pg_commit_never_moves_updated_at_back(pg: Target) -> None:
     import asyncpg
 
     from tests.conftest import PG_DSN
-    from tests.contract.hang import hang
 
     from .harness import read_history
 
@@ -281,7 +280,7 @@ async def test_pg_commit_never_moves_updated_at_back(pg: Target) -> None:
     await s.add_items([{"n": 0}])
     await s.commit()
     await s.add_items([{"n": 1}])
-    async with hang(pg, store, sid, "first") as h:
+    async with pg.hang(store, sid, "first") as h:
         task = asyncio.ensure_future(s.commit())  # its transaction starts now, then waits
         await h.reached()
         await asyncio.sleep(0.01)

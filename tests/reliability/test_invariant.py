@@ -33,9 +33,8 @@ async def commit_batches(store: Store[Any], sid: str, batches: list[int]) -> Led
 
 
 async def plant(target: Target, sid: str, seq: int, data: str) -> None:
-    p = [raw.param(target, n) for n in (1, 2, 3, 4)]
-    await raw.execute(
-        target,
+    p = [target.param(n) for n in (1, 2, 3, 4)]
+    await target.execute(
         f"INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES ({', '.join(p)})",
         sid,
         seq,

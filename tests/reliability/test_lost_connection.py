@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import Target
+from tests.helpers import shown_and_clean
 
 from .lost_connection import give_up_scenarios, lost_ack_scenario, terminate_storm, terminate_sweep
 
@@ -21,9 +22,11 @@ async def test_terminate_storm_loses_and_duplicates_nothing(
     pg: Target, capsys: pytest.CaptureFixture[str]
 ) -> None:
     count, problems, figures = await terminate_storm(pg, writers=4, batches=15)
-    with capsys.disabled():
-        print(f"\npostgres: {count} batches committed under pg_terminate_backend: {figures}")
-    assert not problems, "\n".join(problems[:20])
+    shown_and_clean(
+        capsys,
+        f"postgres: {count} batches committed under pg_terminate_backend: {figures}",
+        problems,
+    )
     assert figures["backends terminated"] > 0
     assert figures["commit attempts interrupted"] > 0, "no termination hit a commit in flight"
 

@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from tests.conftest import Target
+from tests.helpers import shown_and_clean
+from tests.provision import PROVISIONS
 
 from .processes import concurrent_first_use, concurrent_poppers, concurrent_writers, crash_scenario
 
@@ -20,9 +22,7 @@ async def test_sigkill_mid_commit(target: Target, capsys: pytest.CaptureFixture[
     committed is stored whole and in order, and no partial batch exists.
     """
     kills, problems, figures = await crash_scenario(target, KILLS)
-    with capsys.disabled():
-        print(f"\n{target.kind}: {kills} kills, {figures}")
-    assert not problems, "\n".join(problems[:20])
+    shown_and_clean(capsys, f"{target.kind}: {kills} kills, {figures}", problems)
     assert figures["batches confirmed"] > 0, "the child never committed: the kills tested nothing"
 
 
@@ -37,17 +37,14 @@ async def test_concurrent_autocommit_pop_each_item_once(
 ) -> None:
     """3 processes pop one session empty: every item is returned exactly once."""
     items, problems, figures = await concurrent_poppers(target, procs=3, items=60)
-    with capsys.disabled():
-        print(f"\n{target.kind}: {items} items popped by 3 processes: {figures}")
-    assert not problems, "\n".join(problems[:20])
+    shown_and_clean(
+        capsys, f"{target.kind}: {items} items popped by 3 processes: {figures}", problems
+    )
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 async def test_concurrent_first_use_of_fresh_database(kind: str, tmp_path: Any) -> None:
     """6 processes open a database/schema that does not exist yet at the same moment."""
-    if kind == "postgres":
-        from tests.conftest import require_postgres
-
-        require_postgres()
+    PROVISIONS[kind].require()
     _, problems = await concurrent_first_use(kind, procs=6, directory=str(tmp_path))
     assert not problems, "\n".join(problems[:20])

@@ -19,6 +19,7 @@ from agents import Agent, RunConfig, Runner
 
 from sessions import SQLiteStore, TransactionalSession
 from tests.flows import need_sdk
+from tests.helpers import ListSession
 from tests.sdk import ScriptedModel, assistant_message
 
 pytestmark = pytest.mark.sdk_flow
@@ -56,24 +57,8 @@ class TenantRouted:
         self._tenant("clear_session", wrapper).clear()
 
 
-class Plain:
+class Plain(ListSession):
     """A session whose methods do not take the run context (the SDK's original protocol)."""
-
-    def __init__(self, session_id: str) -> None:
-        self.session_id = session_id
-        self.items: list[Any] = []
-
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        return list(self.items if limit is None else self.items[max(0, len(self.items) - limit) :])
-
-    async def add_items(self, items: list[Any]) -> None:
-        self.items.extend(items)
-
-    async def pop_item(self) -> Any:
-        return self.items.pop() if self.items else None
-
-    async def clear_session(self) -> None:
-        self.items.clear()
 
 
 async def run(session: TransactionalSession, text: str, tenant: str, answer: str) -> Any:

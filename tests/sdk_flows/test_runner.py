@@ -24,8 +24,8 @@ from agents.items import RunItemBase
 from agents.result import RunResultBase, RunResultStreaming
 from pydantic import BaseModel
 
-from sessions import BufferedSession, SQLiteSession, Store
-from tests.conftest import PG_DSN, Target
+from sessions import BufferedSession, Store
+from tests.conftest import Target
 from tests.sdk import (
     ScriptedModel,
     assistant_message,
@@ -182,20 +182,12 @@ async def test_runner_history_is_what_the_sdk_added(
 # --------------------------------------------------------------------------- run_sync
 
 
-def _sync_runs(kind: str, path: str | None, schema: str | None, sid: str, autocommit: bool) -> Any:
+def _sync_runs(target: Target, sid: str, autocommit: bool) -> Any:
     """Two ``Runner.run_sync`` turns on a session that opens its own store in run_sync's
     loop (this thread's default loop). Runs in a worker thread: no loop is running here."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    session: BufferedSession
-    if kind == "sqlite":
-        assert path is not None
-        session = SQLiteSession(sid, path, autocommit=autocommit)
-    else:
-        from sessions.postgres import PostgresSession
-
-        assert schema is not None
-        session = PostgresSession(sid, PG_DSN, autocommit=autocommit, schema=schema)
+    session = target.session(sid, autocommit=autocommit)
     try:
         spy = Spy(session)
         model = ScriptedModel([*tool_script("s1"), *tool_script("s2")])
@@ -225,9 +217,7 @@ def _sync_runs(kind: str, path: str | None, schema: str | None, sid: str, autoco
 @pytest.mark.parametrize("autocommit", [False, True], ids=["buffered", "autocommit"])
 async def test_run_sync(target: Target, sid: str, autocommit: bool) -> None:
     await durable(target, sid)  # creates the schema before the thread's store opens
-    out1, out2, calls, second_input = await asyncio.to_thread(
-        _sync_runs, target.kind, target.sqlite_path, target.pg_schema, sid, autocommit
-    )
+    out1, out2, calls, second_input = await asyncio.to_thread(_sync_runs, target, sid, autocommit)
     assert (out1, out2) == ("s1: done", "s2: done")
     written = [i for _, c in calls for i in c]
     assert len(calls) == (8 if has("per_turn_saves") else 2) and len(written) == 12

@@ -156,6 +156,30 @@ async def turn(opened: Opened, session: Any, text: str, config: RunConfig = NO_T
 # --------------------------------------------------------------------------- whole history
 
 
+def snapshot_compaction() -> Any:
+    """The SDK's compaction session class, where the SDK has snapshots and agents.testing."""
+    Compaction = compaction_session()
+    need_sdk("compaction_snapshot")
+    need_sdk("agents.testing")
+    return Compaction
+
+
+def always_compacting(
+    Compaction: Any, opened: Opened, sid: str, mode: str
+) -> tuple[Any, FakeCompactClient]:
+    """A compaction session over ``opened`` that compacts every turn (``mode``), and its
+    fake client."""
+    client = FakeCompactClient()
+    compacting = Compaction(
+        sid,
+        opened.session,
+        client=client,
+        compaction_mode=mode,
+        should_trigger_compaction=lambda _: True,
+    )
+    return compacting, client
+
+
 async def test_manual_compaction_replaces_the_whole_history_in_one_write(
     opened: Opened, sid: str
 ) -> None:
@@ -207,14 +231,7 @@ async def test_automatic_compaction_after_a_turn_is_one_replacement(
     need_sdk("compaction_snapshot")
     need_sdk("agents.testing")  # the stand-in model gives no response id: no compaction
     await opened.seed(SEED)
-    client = FakeCompactClient()
-    compacting = Compaction(
-        sid,
-        opened.session,
-        client=client,
-        compaction_mode="input",
-        should_trigger_compaction=lambda _: True,
-    )
+    compacting, client = always_compacting(Compaction, opened, sid, "input")
     writes = Writes(opened)
     await turn(opened, compacting, "q3", settings(limit))
     stored = await opened.stored()
@@ -234,7 +251,8 @@ async def test_automatic_compaction_after_a_turn_is_one_replacement(
         assert covered(stored[-1]) == ["q3", "done"]
     # Autocommit: the input, the answer, then the replacement. Buffered: one commit.
     assert writes.count == (1 if opened.buffered else 3), writes.kinds
-    if opened.kind == "wrapper-autocommit":  # replaced through the SDK session's own hook
+    if opened.inner is not None and not opened.buffered:  # the wrapper, autocommit: replaced
+        # through the SDK session's own hook
         assert writes.kinds == ["add_items", "add_items", "replace"]
 
 
@@ -242,9 +260,7 @@ async def test_a_write_after_the_snapshot_cancels_the_replacement(
     opened: Opened, sid: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Upstream: test_new_backend_write_invalidates_snapshot (tests/memory/test_compaction_suffix.py)."""
-    Compaction = compaction_session()
-    need_sdk("compaction_snapshot")
-    need_sdk("agents.testing")
+    Compaction = snapshot_compaction()
     await opened.seed(SEED)
 
     async def meanwhile() -> None:
@@ -274,9 +290,7 @@ async def test_another_writer_between_snapshot_and_commit_is_refused_by_the_data
     (buffered too, where the turn itself is still staged) and carries the condition that
     nothing was stored after them.
     """
-    Compaction = compaction_session()
-    need_sdk("compaction_snapshot")
-    need_sdk("agents.testing")
+    Compaction = snapshot_compaction()
     assert ours.store is not None and ours.target is not None
     await ours.seed(SEED)
     proxy = install_proxy(ours.store)
@@ -319,12 +333,10 @@ async def test_a_replacement_the_database_rejects_leaves_the_history_as_it_was(
     ours: Opened, sid: str
 ) -> None:
     """Upstream: test_suffix_transaction_rolls_back_failed_insert."""
-    Compaction = compaction_session()
-    need_sdk("compaction_snapshot")
-    need_sdk("agents.testing")
+    Compaction = snapshot_compaction()
     assert ours.target is not None
     await ours.seed([msg("poison 1"), *SEED[1:]])
-    await raw.add_poison_trigger(ours.target, sid)  # the summary quotes "poison 1"
+    await ours.target.add_poison_trigger(sid)  # the summary quotes "poison 1"
     try:
         compacting = Compaction(
             sid,
@@ -336,7 +348,7 @@ async def test_a_replacement_the_database_rejects_leaves_the_history_as_it_was(
         with pytest.raises(Exception, match="poisoned item"):
             await turn(ours, compacting, "q3")
     finally:
-        await raw.drop_poison_trigger(ours.target)
+        await ours.target.drop_poison_trigger()
     stored = await ours.stored()
     if ours.buffered:
         assert stored == [msg("poison 1"), *SEED[1:]]
@@ -349,18 +361,9 @@ async def test_partial_previous_response_id_compaction_keeps_the_history(
     opened: Opened, sid: str
 ) -> None:
     """Upstream: test_partial_previous_response_mode_preserves_history."""
-    Compaction = compaction_session()
-    need_sdk("compaction_snapshot")
-    need_sdk("agents.testing")
+    Compaction = snapshot_compaction()
     await opened.seed(SEED)
-    client = FakeCompactClient()
-    compacting = Compaction(
-        sid,
-        opened.session,
-        client=client,
-        compaction_mode="previous_response_id",
-        should_trigger_compaction=lambda _: True,
-    )
+    compacting, client = always_compacting(Compaction, opened, sid, "previous_response_id")
     await turn(opened, compacting, "q3", settings(1))
     assert client.calls == []
     assert len(await opened.stored()) == 6
@@ -370,23 +373,14 @@ async def test_partial_compaction_never_splits_a_tool_call_from_its_output(
     opened: Opened, sid: str
 ) -> None:
     """Upstream: test_partial_compaction_does_not_split_tool_call_and_output."""
-    Compaction = compaction_session()
-    need_sdk("compaction_snapshot")
-    need_sdk("agents.testing")
+    Compaction = snapshot_compaction()
     call = function_call("lookup", {}, call_id="call-1")
     pair = [
         json.loads(call.model_dump_json(exclude_unset=True)),
         {"type": "function_call_output", "call_id": "call-1", "output": "result"},
     ]
     await opened.seed(pair)
-    client = FakeCompactClient()
-    compacting = Compaction(
-        sid,
-        opened.session,
-        client=client,
-        compaction_mode="input",
-        should_trigger_compaction=lambda _: True,
-    )
+    compacting, client = always_compacting(Compaction, opened, sid, "input")
     await turn(opened, compacting, "continue", settings(1))
     (call_kwargs,) = client.calls
     assert call_kwargs["input"][0] == msg("continue")  # the pair is not sent to compact

@@ -96,18 +96,15 @@ from typing import Any
 import pytest
 from agents import Agent, RunConfig, Runner
 
-from sessions import BufferedSession, SQLiteSession, TransactionalSession
+from sessions import BufferedSession
 from sessions.errors import InvalidItemError, SessionClosedError
-from tests.conftest import PG_DSN, Target, make_target
+from tests.conftest import Target, make_target
 from tests.contract import raw
+from tests.helpers import msg
 from tests.sdk import ScriptedModel, assistant_message, has, need_sdk
 
 NO_TRACE = RunConfig(tracing_disabled=True)
 KINDS = ["sqlite", "postgres", "wrapper"]
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 def contents(items: list[Any]) -> list[Any]:
@@ -117,52 +114,32 @@ def contents(items: list[Any]) -> list[Any]:
 class Sessions:
     """Makes sessions of one kind, like the SDK's tests make theirs: one per id."""
 
-    def __init__(self, kind: str, tmp_path: Path, target: Target | None) -> None:
-        self.kind = kind
-        self.tmp_path = tmp_path
+    def __init__(self, target: Target) -> None:
         self.target = target
         self.made: list[BufferedSession] = []
-        self.inners: list[Any] = []
 
     def __call__(self, sid: str, **options: Any) -> BufferedSession:
         options.setdefault("autocommit", True)
-        session: BufferedSession
-        if self.kind == "wrapper":
-            from agents import SQLiteSession as SDKSQLiteSession
-
-            inner = SDKSQLiteSession(sid, self.tmp_path / "sdk.db")
-            self.inners.append(inner)
-            session = TransactionalSession(inner, **options)
-        elif self.kind == "sqlite":
-            session = SQLiteSession(sid, self.tmp_path / "ours.db", **options)
-        else:
-            from sessions.postgres import PostgresSession
-
-            assert self.target is not None
-            session = PostgresSession(sid, PG_DSN, schema=self.target.pg_schema, **options)
+        session = self.target.session(sid, **options)
         self.made.append(session)
         return session
 
     async def close(self) -> None:
         for session in self.made:
             await session.close()
-        for inner in self.inners:
-            inner.close()
+        await self.target.close_all()
 
 
 @pytest.fixture(params=KINDS)
-def kind_target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Target | None]:
+def kind_target(request: pytest.FixtureRequest, tmp_path: Path) -> Target:
     """Sync on purpose: probing PostgreSQL must happen outside the running loop."""
-    kind: str = request.param
-    return kind, make_target(kind, tmp_path, request) if kind == "postgres" else None
+    return make_target(request.param, tmp_path, request)
 
 
 @pytest.fixture
-async def make(kind_target: tuple[str, Target | None], tmp_path: Path) -> AsyncIterator[Sessions]:
-    kind, target = kind_target
-    if target is not None:  # the schema, once, before sessions race to create it
-        await (await target.open()).close()
-    sessions = Sessions(kind, tmp_path, target)
+async def make(kind_target: Target) -> AsyncIterator[Sessions]:
+    await kind_target.prepare()  # the tables, once, before sessions race to create them
+    sessions = Sessions(kind_target)
     yield sessions
     await sessions.close()
 
@@ -170,17 +147,9 @@ async def make(kind_target: tuple[str, Target | None], tmp_path: Path) -> AsyncI
 @pytest.fixture(params=["sqlite", "postgres"])
 async def ours(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Sessions]:
     """For the cases that corrupt stored rows with raw SQL on our tables."""
-    target = make_target(request.param, tmp_path, request)
-    sessions = Sessions(request.param, tmp_path, target if request.param == "postgres" else None)
+    sessions = Sessions(make_target(request.param, tmp_path, request))
     yield sessions
     await sessions.close()
-
-
-def target_of(sessions: Sessions, tmp_path: Path) -> Target:
-    if sessions.target is not None:
-        return sessions.target
-    path = str(tmp_path / "ours.db")
-    return Target("sqlite", f"sqlite:///{path}", sqlite_path=path)
 
 
 # --------------------------------------------------------------------------- the protocol
@@ -231,7 +200,7 @@ async def test_get_items_limit(make: Sessions, sid: str) -> None:
 
 
 async def _corrupt_newest(sessions: Sessions, tmp_path: Path, sid: str) -> None:
-    await raw.corrupt_newest(target_of(sessions, tmp_path), sid, "not valid json {{{")
+    await raw.corrupt_newest(sessions.target, sid, "not valid json {{{")
 
 
 async def test_limit_counts_readable_items_past_corrupt_ones(
@@ -369,10 +338,9 @@ async def test_concurrent_pops_return_each_item_once(make: Sessions, sid: str) -
 
 
 async def test_concurrent_first_writes_create_the_tables_once(
-    kind_target: tuple[str, Target | None], tmp_path: Path, sid: str
+    kind_target: Target, sid: str
 ) -> None:
-    kind, target = kind_target
-    fresh = Sessions(kind, tmp_path, target)  # no table created beforehand
+    fresh = Sessions(kind_target)  # no table created beforehand
     try:
         sessions = [fresh(f"{sid}-{i}") for i in range(5)]
         await asyncio.gather(*(s.add_items([msg(f"m{i}")]) for i, s in enumerate(sessions)))

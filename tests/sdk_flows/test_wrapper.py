@@ -30,14 +30,11 @@ from sessions.errors import (
 )
 from sessions.wrapper import InnerSessionWriteError
 from tests.conftest import IN_CI, Target, make_target
+from tests.helpers import msg
 from tests.sdk import ScriptedModel, assistant_message, sdk_import
 
 INNER_KINDS = ["sdk-sqlite", "txs-sqlite", "txs-postgres", "sdk-redis"]
 REDIS_URL = os.environ.get("SESSIONS_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
-
-
-def msg(text: str, role: str = "user") -> dict[str, Any]:
-    return {"role": role, "content": text}
 
 
 def texts(items: list[Any]) -> list[str]:
@@ -62,62 +59,79 @@ def inner_kind(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Tar
     return kind, None
 
 
+async def _sdk_sqlite(box: Inner, target: Target | None, tmp_path: Path) -> None:
+    path = tmp_path / "sdk.db"
+
+    async def open_sdk(sid: str) -> Any:
+        session = SDKSQLiteSession(sid, path)
+
+        async def close() -> None:
+            session.close()
+
+        box.cleanups.append(close)
+        return session
+
+    box.open = open_sdk
+
+
+async def _ours(box: Inner, target: Target | None, tmp_path: Path) -> None:
+    assert target is not None
+    store = await target.open()
+    box.cleanups.append(target.close_all)
+
+    async def open_txs(sid: str) -> Any:
+        return store.session(sid, autocommit=True)
+
+    box.open = open_txs
+
+
+async def _sdk_redis(box: Inner, target: Target | None, tmp_path: Path) -> None:
+    pytest.importorskip("redis")
+    from redis.asyncio import Redis
+
+    RedisSession = sdk_import(
+        "RedisSession", "agents.extensions.memory.redis_session", "RedisSession"
+    )
+
+    client = Redis.from_url(REDIS_URL)
+    try:
+        await client.ping()
+    except Exception as exc:  # noqa: BLE001 - reported as the skip reason
+        await client.aclose()
+        reason = f"no Redis at {REDIS_URL}: {type(exc).__name__}: {exc}"
+        if IN_CI:
+            pytest.fail(f"CI is set, so Redis tests must run: {reason}", pytrace=False)
+        pytest.skip(reason)
+    prefix = f"txs-test-{uuid.uuid4().hex}"
+
+    async def drop() -> None:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await client.delete(*keys)
+        await client.aclose()
+
+    box.cleanups.append(drop)
+
+    async def open_redis(sid: str) -> Any:
+        return RedisSession(sid, redis_client=client, key_prefix=prefix)
+
+    box.open = open_redis
+
+
+#: How each kind of inner session is opened.
+OPENERS = {
+    "sdk-sqlite": _sdk_sqlite,
+    "txs-sqlite": _ours,
+    "txs-postgres": _ours,
+    "sdk-redis": _sdk_redis,
+}
+
+
 @pytest.fixture
 async def inner(inner_kind: tuple[str, Target | None], tmp_path: Path) -> AsyncIterator[Inner]:
     kind, target = inner_kind
     box = Inner(kind)
-    if kind == "sdk-sqlite":
-        path = tmp_path / "sdk.db"
-
-        async def open_sdk(sid: str) -> Any:
-            session = SDKSQLiteSession(sid, path)
-
-            async def close() -> None:
-                session.close()
-
-            box.cleanups.append(close)
-            return session
-
-        box.open = open_sdk
-    elif target is not None:
-        store = await target.open()
-        box.cleanups.append(target.close_all)
-
-        async def open_txs(sid: str) -> Any:
-            return store.session(sid, autocommit=True)
-
-        box.open = open_txs
-    else:
-        pytest.importorskip("redis")
-        from redis.asyncio import Redis
-
-        RedisSession = sdk_import(
-            "RedisSession", "agents.extensions.memory.redis_session", "RedisSession"
-        )
-
-        client = Redis.from_url(REDIS_URL)
-        try:
-            await client.ping()
-        except Exception as exc:  # noqa: BLE001 - reported as the skip reason
-            await client.aclose()
-            reason = f"no Redis at {REDIS_URL}: {type(exc).__name__}: {exc}"
-            if IN_CI:
-                pytest.fail(f"CI is set, so Redis tests must run: {reason}", pytrace=False)
-            pytest.skip(reason)
-        prefix = f"txs-test-{uuid.uuid4().hex}"
-
-        async def drop() -> None:
-            keys = [key async for key in client.scan_iter(match=f"{prefix}:*")]
-            if keys:
-                await client.delete(*keys)
-            await client.aclose()
-
-        box.cleanups.append(drop)
-
-        async def open_redis(sid: str) -> Any:
-            return RedisSession(sid, redis_client=client, key_prefix=prefix)
-
-        box.open = open_redis
+    await OPENERS[kind](box, target, tmp_path)
     yield box
     for cleanup in reversed(box.cleanups):
         await cleanup()

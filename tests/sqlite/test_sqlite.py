@@ -15,10 +15,8 @@ import pytest
 from sessions import SQLiteSession, SQLiteStore
 from sessions.errors import CommitError, StorageError
 from sessions.sqlite import MIGRATIONS
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
+from tests.provision.sqlite import old_database
 
 
 async def test_file_database_uses_wal_and_full_sync_by_default(tmp_path: Path) -> None:
@@ -502,16 +500,10 @@ async def test_a_file_at_schema_version_2_is_migrated_with_its_sessions_kept(
 ) -> None:
     """Migration 5 (the catalogue) on a file made before it: existing sessions get
     version 0 and an empty catalogue entry, and work on."""
-    from sessions.sqlite import MIGRATIONS, SCHEMA_VERSION
+    from sessions.sqlite import SCHEMA_VERSION
 
     path = tmp_path / "old.db"
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("CREATE TABLE txs_schema (version INTEGER NOT NULL)")
-    for number, statements in MIGRATIONS:
-        if number <= 2:
-            for statement in statements:
-                conn.execute(statement)
-            conn.execute("INSERT INTO txs_schema (version) VALUES (?)", (number,))
+    conn = old_database(path, 2)
     conn.execute(
         "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq) "
         "VALUES ('old', 1, 2, 1, 2)"

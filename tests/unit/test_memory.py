@@ -5,16 +5,12 @@ store operations, bad arguments). Its session semantics are checked by
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
 
 from sessions import MemoryBackend, MemorySession, MemoryStore
 from sessions.errors import SessionClosedError
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
+from tests.helpers import msg
 
 
 async def test_a_memory_session_alone_commits_reads_and_is_closed_for_good() -> None:

@@ -12,11 +12,8 @@ import pytest
 
 from sessions import SQLiteSession, Store, TransactionalSession
 from tests.conftest import Target
+from tests.helpers import msg
 from tests.sdk import need_sdk
-
-
-def msg(text: str) -> dict[str, Any]:
-    return {"role": "user", "content": text}
 
 
 @pytest.fixture
