@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime, timedelta, timezone
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from ._backend import (
     AdminBackend,
@@ -19,7 +19,15 @@ from ._backend import (
 )
 from ._catalogue import session_filter, validate_user_id
 from ._marks import WriteMarks
-from ._options import StoreOptions, merge_options, session_options
+from ._options import (
+    SESSION_KEYWORDS,
+    STORE_KEYWORDS,
+    SessionKeywords,
+    StoreKeywords,
+    check_keywords,
+    session_options,
+    store_options,
+)
 from ._policy import (
     DEFAULT_COMMIT_TIMEOUT,
     DEFAULT_INTEGRITY,
@@ -36,6 +44,9 @@ from ._validate import (
     validate_session_id,
 )
 from .errors import SessionError, StoreClosedError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["Store"]
 
@@ -131,27 +142,18 @@ class Store(AsyncResource, Generic[S]):
     """
 
     session_class: Callable[..., S]
+    #: The backend class a store kind takes (``None``: any :class:`~sessions._backend.Backend`).
+    backend_class: ClassVar[type[Backend] | None] = None
 
-    def __init__(
-        self,
-        backend: Backend,
-        *,
-        retry: RetryPolicy | None = None,
-        commit_timeout: float | None = None,
-        integrity: Integrity | None = None,
-        ttl: timedelta | None = None,
-        options: StoreOptions | None = None,
-    ) -> None:
+    def __init__(self, backend: Backend, **keywords: Unpack[StoreKeywords]) -> None:
+        name = type(self).__name__
+        check_keywords(keywords, STORE_KEYWORDS, f"{name}.__init__")
+        kind = self.backend_class
+        if kind is not None and not isinstance(backend, kind):
+            raise TypeError(f"backend must be a {kind.__name__}, got {type(backend).__name__}")
         if not isinstance(backend, Backend):
             raise TypeError(f"backend does not implement sessions Backend: {backend!r}")
-        settings = merge_options(
-            options,
-            type(self).__name__,
-            retry=retry,
-            commit_timeout=commit_timeout,
-            ttl=ttl,
-            integrity=integrity,
-        )
+        settings = store_options(keywords, name)
         self._ttl = settings.ttl
         self._backend = backend
         self._retry = settings.retry or RetryPolicy()
@@ -215,25 +217,17 @@ class Store(AsyncResource, Generic[S]):
         if not self._in_flight and self._drained is not None:
             self._drained.set()
 
-    def session(
-        self,
-        session_id: str,
-        *,
-        autocommit: bool = False,
-        session_settings: Any = None,
-        commit_timeout: float | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
-    ) -> S:
+    def session(self, session_id: str, **keywords: Unpack[SessionKeywords]) -> S:
         """A session on this store. Cheap: no I/O until it is used.
 
-        ``commit_timeout=None`` and ``integrity=None`` take the store's; both may also
-        come as ``options=StoreOptions(...)`` (which may set nothing else)."""
+        Takes ``autocommit``, ``session_settings``, ``commit_timeout`` and ``integrity``
+        (:class:`~sessions._options.SessionKeywords`); ``commit_timeout=None`` and
+        ``integrity=None`` take the store's; both may also come as
+        ``options=StoreOptions(...)`` (which may set nothing else)."""
+        check_keywords(keywords, SESSION_KEYWORDS, "Store.session")
         self._check_open("session")
         validate_session_id(session_id)
-        settings = session_options(
-            options, "session()", commit_timeout=commit_timeout, integrity=integrity
-        )
+        settings = session_options(keywords, "session()")
         make = getattr(self, "session_class", None)
         if make is None:
             raise SessionError(f"{self._describe()} has no session_class to make sessions with")
@@ -243,8 +237,8 @@ class Store(AsyncResource, Generic[S]):
         return make(  # type: ignore[no-any-return]
             session_id,
             store=self,
-            autocommit=autocommit,
-            session_settings=session_settings,
+            autocommit=keywords.get("autocommit", False),
+            session_settings=keywords.get("session_settings"),
             commit_timeout=settings.commit_timeout,
             **extra,
         )

@@ -21,8 +21,8 @@ import asyncio
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
 
 from ._backend import (
     Batch,
@@ -37,10 +37,18 @@ from ._backend import (
 )
 from ._catalogue import decode_metadata, expired, stored_ttl
 from ._decide import Plan, Snapshot, decide, key_limit
-from ._options import StoreOptions, session_options
-from ._policy import Integrity, RetryPolicy
+from ._options import (
+    STORE_KEYWORDS,
+    SessionKeywords,
+    StoreKeywords,
+    check_keywords,
+    session_keywords,
+)
 from ._session import BufferedSession
 from ._store import Store
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MemoryBackend", "MemorySession", "MemoryStore"]
 
@@ -468,51 +476,22 @@ class MemoryStore(Store["MemorySession"]):
     ``MemoryStore.open(backend)`` shares one, like a second connection to a database.
     """
 
-    def __init__(
-        self,
-        backend: MemoryBackend,
-        *,
-        retry: RetryPolicy | None = None,
-        commit_timeout: float | None = None,
-        ttl: timedelta | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
-    ) -> None:
-        if not isinstance(backend, MemoryBackend):
-            raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
-        super().__init__(
-            backend,
-            retry=retry,
-            commit_timeout=commit_timeout,
-            ttl=ttl,
-            integrity=integrity,
-            options=options,
-        )
+    backend_class = MemoryBackend
+
+    def __init__(self, backend: MemoryBackend, **keywords: Unpack[StoreKeywords]) -> None:
+        super().__init__(backend, **keywords)
         self.session_class = MemorySession
         self.memory = backend
 
     @classmethod
     async def open(
-        cls,
-        backend: MemoryBackend | None = None,
-        *,
-        retry: RetryPolicy | None = None,
-        commit_timeout: float | None = None,
-        ttl: timedelta | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
+        cls, backend: MemoryBackend | None = None, **keywords: Unpack[StoreKeywords]
     ) -> MemoryStore:
-        """A store over ``backend`` (a new, empty one when ``None``); the settings as
-        :class:`~sessions.Store` takes them."""
+        """A store over ``backend`` (a new, empty one when ``None``); the settings
+        (:class:`~sessions._options.StoreKeywords`) as :class:`~sessions.Store` takes them."""
+        check_keywords(keywords, STORE_KEYWORDS, "MemoryStore.open")
         shared = MemoryBackend() if backend is None else backend
-        return cls(
-            shared,
-            retry=retry,
-            commit_timeout=commit_timeout,
-            ttl=ttl,
-            integrity=integrity,
-            options=options,
-        )
+        return cls(shared, **keywords)
 
 
 class MemorySession(BufferedSession):
@@ -529,20 +508,9 @@ class MemorySession(BufferedSession):
         *,
         backend: MemoryBackend | None = None,
         store: MemoryStore | None = None,
-        autocommit: bool = False,
-        session_settings: Any = None,
-        commit_timeout: float | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
+        **keywords: Unpack[SessionKeywords],
     ) -> None:
-        settings = session_options(
-            options, "MemorySession", commit_timeout=commit_timeout, integrity=integrity
-        )
-        common: dict[str, Any] = {
-            "autocommit": autocommit,
-            "session_settings": session_settings,
-            "options": settings,
-        }
+        settings, common = session_keywords(keywords, "MemorySession")
         if store is not None:
             if backend is not None:
                 raise TypeError("pass either backend= or store=, not both")

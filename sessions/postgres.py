@@ -34,7 +34,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
@@ -60,7 +60,16 @@ from ._catalogue import (
 from ._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from ._group import Bounds, Entry, GroupCommitStats, Outcome, Scheduler, outcomes_of_async
 from ._observe import HOOK
-from ._options import StoreOptions, merge_options, session_options
+from ._options import (
+    STORE_KEYWORDS,
+    SessionKeywords,
+    StoreKeywords,
+    StoreOptions,
+    check_keywords,
+    merge_options,
+    session_keywords,
+    store_options,
+)
 from ._policy import Integrity, RetryPolicy
 from ._redact import redact
 from ._session import BufferedSession
@@ -73,6 +82,9 @@ from .errors import (
     StoreClosedError,
     TransientStorageError,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = [
     "MIGRATIONS",
@@ -1616,26 +1628,10 @@ class PostgresStore(Store["PostgresSession"]):
     which :meth:`close` leaves open. Then ``store.session(session_id)``.
     """
 
-    def __init__(
-        self,
-        backend: PostgresBackend,
-        *,
-        retry: RetryPolicy | None = None,
-        commit_timeout: float | None = None,
-        ttl: timedelta | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
-    ) -> None:
-        if not isinstance(backend, PostgresBackend):
-            raise TypeError(f"backend must be a PostgresBackend, got {type(backend).__name__}")
-        super().__init__(
-            backend,
-            retry=retry,
-            commit_timeout=commit_timeout,
-            ttl=ttl,
-            integrity=integrity,
-            options=options,
-        )
+    backend_class = PostgresBackend
+
+    def __init__(self, backend: PostgresBackend, **keywords: Unpack[StoreKeywords]) -> None:
+        super().__init__(backend, **keywords)
         self.session_class = PostgresSession
         self.postgres = backend
 
@@ -1708,28 +1704,18 @@ class PostgresStore(Store["PostgresSession"]):
         *,
         schema: str = "public",
         table_prefix: str = "txs_",
-        retry: RetryPolicy | None = None,
         create: bool = True,
-        commit_timeout: float | None = None,
-        ttl: timedelta | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
+        **keywords: Unpack[StoreKeywords],
     ) -> PostgresStore:
         """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
 
         :meth:`close` waits for this store's operations, then leaves the pool open. The
-        settings are those of :meth:`open`.
+        settings (:class:`~sessions._options.StoreKeywords`) are those of :meth:`open`.
         """
+        check_keywords(keywords, STORE_KEYWORDS, "PostgresStore.from_pool")
         if not isinstance(pool, asyncpg.Pool):
             raise TypeError(f"pool must be an asyncpg.Pool, got {type(pool).__name__}")
-        settings = merge_options(
-            options,
-            "PostgresStore.from_pool",
-            retry=retry,
-            commit_timeout=commit_timeout,
-            ttl=ttl,
-            integrity=integrity,
-        )
+        settings = store_options(keywords, "PostgresStore.from_pool")
         backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
         await backend.migrate(create=create)
         store = cls(backend, options=settings)
@@ -1810,23 +1796,12 @@ class PostgresSession(BufferedSession):
         session_id: str,
         dsn: str | None = None,
         *,
-        autocommit: bool = False,
-        session_settings: Any = None,
         schema: str | None = None,
         table_prefix: str | None = None,
         store: PostgresStore | None = None,
-        commit_timeout: float | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
+        **keywords: Unpack[SessionKeywords],
     ) -> None:
-        settings = session_options(
-            options, "PostgresSession", commit_timeout=commit_timeout, integrity=integrity
-        )
-        common: dict[str, Any] = {
-            "autocommit": autocommit,
-            "session_settings": session_settings,
-            "options": settings,
-        }
+        settings, common = session_keywords(keywords, "PostgresSession")
         if store is not None:
             if not isinstance(store, PostgresStore):
                 raise TypeError(f"store must be a PostgresStore, got {type(store).__name__}")

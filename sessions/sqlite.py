@@ -21,8 +21,8 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
-from typing import Any, Literal, TypeVar
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ._backend import (
     Batch,
@@ -46,14 +46,23 @@ from ._catalogue import (
 from ._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from ._group import Entry, Outcome, Scheduler, outcomes_of
 from ._observe import HOOK
-from ._options import StoreOptions, merge_options, session_options
-from ._policy import Integrity, RetryPolicy
+from ._options import (
+    STORE_KEYWORDS,
+    SessionKeywords,
+    StoreKeywords,
+    check_keywords,
+    session_keywords,
+    store_options,
+)
 from ._session import BufferedSession
 from ._shield import Firm
 from ._store import Store
 from ._validate import validate_seconds
 from ._worker import Worker, WorkerStoppedError, call_in_loop
 from .errors import StorageError, StoreClosedError, TransientStorageError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "SQLiteBackend", "SQLiteSession", "SQLiteStore"]
 
@@ -1091,26 +1100,10 @@ class SQLiteStore(Store["SQLiteSession"]):
     ``store = await SQLiteStore.open("chat.db")``, then ``store.session(session_id)``.
     """
 
-    def __init__(
-        self,
-        backend: SQLiteBackend,
-        *,
-        retry: RetryPolicy | None = None,
-        commit_timeout: float | None = None,
-        ttl: timedelta | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
-    ) -> None:
-        if not isinstance(backend, SQLiteBackend):
-            raise TypeError(f"backend must be a SQLiteBackend, got {type(backend).__name__}")
-        super().__init__(
-            backend,
-            retry=retry,
-            commit_timeout=commit_timeout,
-            ttl=ttl,
-            integrity=integrity,
-            options=options,
-        )
+    backend_class = SQLiteBackend
+
+    def __init__(self, backend: SQLiteBackend, **keywords: Unpack[StoreKeywords]) -> None:
+        super().__init__(backend, **keywords)
         self.session_class = SQLiteSession
         self.sqlite = backend
 
@@ -1121,11 +1114,7 @@ class SQLiteStore(Store["SQLiteSession"]):
         *,
         synchronous: Synchronous = "FULL",
         busy_timeout: float = 5.0,
-        retry: RetryPolicy | None = None,
-        commit_timeout: float | None = None,
-        ttl: timedelta | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
+        **keywords: Unpack[StoreKeywords],
     ) -> SQLiteStore:
         """Open (creating if needed) the database at ``path``.
 
@@ -1137,19 +1126,13 @@ class SQLiteStore(Store["SQLiteSession"]):
         ``integrity``: what commits do with history the Responses API would refuse
         (``"quarantine"``, ``"reject"`` or ``"off"``; ``docs/history.md``). ``retry``: a
         :class:`~sessions.RetryPolicy`. ``None`` takes a setting's default; the four may
-        also come as ``options=StoreOptions(...)``.
+        also come as ``options=StoreOptions(...)`` (:class:`~sessions._options.StoreKeywords`).
         """
+        check_keywords(keywords, STORE_KEYWORDS, "SQLiteStore.open")
         db_path = _validate_path(path)
         _validate_synchronous(synchronous)
         validate_seconds(busy_timeout, "busy_timeout", allow_zero=True)
-        settings = merge_options(
-            options,
-            "SQLiteStore.open",
-            retry=retry,
-            commit_timeout=commit_timeout,
-            ttl=ttl,
-            integrity=integrity,
-        )
+        settings = store_options(keywords, "SQLiteStore.open")
         backend = await SQLiteBackend.open(
             db_path, synchronous=synchronous, busy_timeout=busy_timeout
         )
@@ -1197,22 +1180,11 @@ class SQLiteSession(BufferedSession):
         session_id: str,
         db_path: str | os.PathLike[str] | None = None,
         *,
-        autocommit: bool = False,
-        session_settings: Any = None,
         synchronous: Synchronous | None = None,
         store: SQLiteStore | None = None,
-        commit_timeout: float | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
+        **keywords: Unpack[SessionKeywords],
     ) -> None:
-        settings = session_options(
-            options, "SQLiteSession", commit_timeout=commit_timeout, integrity=integrity
-        )
-        common: dict[str, Any] = {
-            "autocommit": autocommit,
-            "session_settings": session_settings,
-            "options": settings,
-        }
+        settings, common = session_keywords(keywords, "SQLiteSession")
         if store is not None:
             if not isinstance(store, SQLiteStore):
                 raise TypeError(f"store must be a SQLiteStore, got {type(store).__name__}")

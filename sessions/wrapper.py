@@ -27,15 +27,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._adapter import READ_CONTEXT, InnerBackend, InnerSession, InnerSessionWriteError
-from ._options import StoreOptions, session_options
+from ._options import SessionKeywords, session_keywords
 from ._policy import Integrity, RetryPolicy
 from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
 from ._session import BufferedSession
 from ._store import Store
 from .errors import CommitError, SessionError
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["InnerSession", "InnerSessionWriteError", "TransactionalSession"]
 
@@ -107,17 +110,10 @@ class TransactionalSession(BufferedSession):
     def __init__(
         self,
         inner: InnerSession,
-        *,
-        autocommit: bool = False,
-        session_settings: Any = None,
-        commit_timeout: float | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
+        **keywords: Unpack[SessionKeywords],
     ) -> None:
-        settings = session_options(
-            options, "TransactionalSession", commit_timeout=commit_timeout, integrity=integrity
-        )
-        integrity = "reject" if settings.integrity is None else settings.integrity
+        settings, _ = session_keywords(keywords, "TransactionalSession")
+        integrity: Integrity = "reject" if settings.integrity is None else settings.integrity
         if integrity == "quarantine":
             raise ValueError(
                 "TransactionalSession(integrity='quarantine'): the wrapped session has no "
@@ -126,6 +122,7 @@ class TransactionalSession(BufferedSession):
             )
         _check_inner(inner)
         session_id = inner.session_id
+        session_settings = keywords.get("session_settings")
         if session_settings is None:
             session_settings = _copy_settings(getattr(inner, "session_settings", None))
         self._inner = inner
@@ -133,7 +130,7 @@ class TransactionalSession(BufferedSession):
         super().__init__(
             session_id,
             store=_InnerStore(self._adapter, settings.commit_timeout),
-            autocommit=autocommit,
+            autocommit=keywords.get("autocommit", False),
             session_settings=session_settings,
             integrity=integrity,
         )

@@ -15,7 +15,7 @@ from .._backend import Backend
 from .._commit import interrupted_error
 from .._locks import CrossLoopLock
 from .._marks import Held
-from .._options import StoreOptions, session_options
+from .._options import SESSION_KEYWORDS, SessionKeywords, check_keywords, session_options
 from .._owned import OwnedStores
 from .._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity
 from .._resource import AsyncResource
@@ -26,6 +26,8 @@ from .._validate import validate_bool, validate_limit, validate_session_id
 from ..errors import SessionClosedError, SessionError, StoreClosedError, UncommittedChangesWarning
 
 if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
     from .._store import Store
 
 __all__ = ["ACTIVE_TX", "SessionCore", "Tx"]
@@ -61,26 +63,21 @@ class SessionCore(AsyncResource):
         *,
         store: Store[Any] | None = None,
         store_factory: Callable[[], Awaitable[Store[Any]]] | None = None,
-        autocommit: bool = False,
-        session_settings: Any = None,
-        commit_timeout: float | None = None,
         single_loop: str | None = None,
-        integrity: Integrity | None = None,
-        options: StoreOptions | None = None,
+        **keywords: Unpack[SessionKeywords],
     ) -> None:
+        check_keywords(keywords, SESSION_KEYWORDS, "SessionCore.__init__")
         self.session_id: str = validate_session_id(session_id)
-        settings = session_options(
-            options, type(self).__name__, commit_timeout=commit_timeout, integrity=integrity
-        )
+        settings = session_options(keywords, type(self).__name__)
         self._integrity = settings.integrity
         if (store is None) == (store_factory is None):
             raise TypeError("pass exactly one of store= or store_factory=")
         if single_loop is not None and store_factory is None:
             raise TypeError("single_loop= goes with store_factory= only")
-        self._autocommit = validate_bool(autocommit, "autocommit")
+        self._autocommit = validate_bool(keywords.get("autocommit", False), "autocommit")
         # None: the default, SessionSettings(), made on first use (importing the SDK
         # costs a second or more; a CLI that never touches it should not pay that).
-        self._settings: Any = _settings(session_settings)
+        self._settings: Any = _settings(keywords.get("session_settings"))
         self._commit_timeout = settings.commit_timeout
         self._store = store
         self._owned: OwnedStores | None = None
