@@ -12,7 +12,7 @@ from typing import Any
 from .._capabilities import Capability
 from .._spec import Context, check, expect, expect_equal, msg
 
-__all__ = ["batch_items", "verify_batches"]
+__all__ = ["batch_items", "holding", "verify_batches"]
 
 
 def batch_items(writer: int, batch: int, size: int) -> list[dict[str, Any]]:
@@ -36,6 +36,15 @@ def verify_batches(items: list[Any], writers: int, batches: int, size: int) -> N
             "(lost, duplicated or out of order)",
         )
         next_batch[writer] += 1
+
+
+async def holding(ctx: Context, sid: str, *texts: str) -> Any:
+    """A handle on ``sid`` whose storage holds ``texts``: written, then made durable
+    (``ctx.flush``: committed, when the session is buffered)."""
+    session = await ctx.open(sid)
+    await session.add_items([msg(t) for t in texts])
+    await ctx.flush(session)
+    return session
 
 
 # ------------------------------------------------------------------------ items
@@ -84,9 +93,7 @@ async def add_items_snapshots_at_call_time(ctx: Context) -> None:
 @check(Capability.ITEMS)
 async def returned_items_are_copies(ctx: Context) -> None:
     """Mutating what get_items returned changes nothing."""
-    session = await ctx.open(ctx.new_id())
-    await session.add_items([msg("a")])
-    await ctx.flush(session)
+    session = await holding(ctx, ctx.new_id(), "a")
     first = await session.get_items()
     first[0]["content"] = "changed"
     expect_equal(await session.get_items(), [msg("a")], "get_items() after mutating a result")
@@ -143,9 +150,7 @@ async def limit_returns_latest_n_in_order(ctx: Context) -> None:
 async def limit_applies_to_stored_history(ctx: Context) -> None:
     """A fresh handle's get_items(limit=n) is the latest n stored items."""
     sid = ctx.new_id()
-    session = await ctx.open(sid)
-    await session.add_items([msg(str(i)) for i in range(10)])
-    await ctx.flush(session)
+    await holding(ctx, sid, *map(str, range(10)))
     other = await ctx.open(sid)
     expect_equal(await other.get_items(limit=3), [msg("7"), msg("8"), msg("9")], "limit=3")
     expect_equal(await other.get_items(limit=1), [msg("9")], "limit=1")
@@ -158,9 +163,7 @@ async def limit_applies_to_stored_history(ctx: Context) -> None:
 async def pop_returns_the_newest_item_and_removes_it(ctx: Context) -> None:
     """pop_item returns the newest item; it is gone from the history."""
     sid = ctx.new_id()
-    session = await ctx.open(sid)
-    await session.add_items([msg("1"), msg("2"), msg("3")])
-    await ctx.flush(session)
+    session = await holding(ctx, sid, "1", "2", "3")
     expect_equal(await session.pop_item(), msg("3"), "pop_item()")
     expect_equal(await session.get_items(), [msg("1"), msg("2")], "get_items() after the pop")
     await ctx.flush(session)
@@ -181,9 +184,7 @@ async def pop_of_an_empty_session_returns_none(ctx: Context) -> None:
 async def popping_everything_then_adding_works(ctx: Context) -> None:
     """Popping every item empties the session; items added afterwards are kept."""
     sid = ctx.new_id()
-    session = await ctx.open(sid)
-    await session.add_items([msg("1"), msg("2")])
-    await ctx.flush(session)
+    session = await holding(ctx, sid, "1", "2")
     popped = [await session.pop_item() for _ in range(3)]
     expect_equal(popped, [msg("2"), msg("1"), None], "three pop_item() calls")
     await session.add_items([msg("x")])
@@ -198,9 +199,7 @@ async def popping_everything_then_adding_works(ctx: Context) -> None:
 async def clear_removes_the_whole_history(ctx: Context) -> None:
     """clear_session empties the session; it takes new items afterwards."""
     sid = ctx.new_id()
-    session = await ctx.open(sid)
-    await session.add_items([msg("1"), msg("2")])
-    await ctx.flush(session)
+    session = await holding(ctx, sid, "1", "2")
     await session.clear_session()
     expect_equal(await session.get_items(), [], "get_items() after clear_session()")
     await ctx.flush(session)

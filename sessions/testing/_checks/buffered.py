@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from .._capabilities import Capability
 from .._spec import ConformanceFailure, Context, check, expect, expect_equal, msg
 from .._subject import WriteHooks
+from .base import holding
 
 __all__: list[str] = []
 
@@ -60,9 +60,7 @@ async def reads_see_committed_then_staged(ctx: Context) -> None:
 async def staged_clear_hides_committed_history(ctx: Context) -> None:
     """A staged clear hides the stored history at once and removes it at commit."""
     sid = ctx.new_id()
-    session = await ctx.open(sid)
-    await session.add_items([msg("old")])
-    await session.commit()
+    session = await holding(ctx, sid, "old")
     await session.clear_session()
     expect_equal(await session.get_items(), [], "get_items() after a staged clear")
     await session.add_items([msg("new")])
@@ -76,9 +74,7 @@ async def staged_clear_hides_committed_history(ctx: Context) -> None:
 async def rollback_discards_staged_changes(ctx: Context) -> None:
     """rollback() drops staged items and a staged clear; the stored history stays."""
     sid = ctx.new_id()
-    session = await ctx.open(sid)
-    await session.add_items([msg("1")])
-    await session.commit()
+    session = await holding(ctx, sid, "1")
     await session.add_items([msg("2")])
     await session.clear_session()
     await session.rollback()
@@ -160,19 +156,11 @@ async def transaction_rolls_back_on_cancellation(ctx: Context) -> None:
 # ------------------------------------------------------------------------ staged pops
 
 
-async def _committed(ctx: Context, sid: str, *texts: str) -> Any:
-    """A handle on ``sid`` whose storage holds ``texts`` (committed)."""
-    session = await ctx.open(sid)
-    await session.add_items([msg(t) for t in texts])
-    await session.commit()
-    return session
-
-
 @check(Capability.STAGED_POPS)
 async def staged_pop_removes_the_tail(ctx: Context) -> None:
     """A pop of stored history shows at once in reads and reaches storage at commit."""
     sid = ctx.new_id()
-    session = await _committed(ctx, sid, "1", "2", "3")
+    session = await holding(ctx, sid, "1", "2", "3")
     expect_equal(await session.pop_item(), msg("3"), "pop_item()")
     expect_equal(await session.get_items(), [msg("1"), msg("2")], "get_items()")
     expect_equal(await session.get_items(limit=1), [msg("2")], "get_items(limit=1)")
@@ -182,10 +170,10 @@ async def staged_pop_removes_the_tail(ctx: Context) -> None:
 
 
 @check(Capability.STAGED_POPS)
-async def pop_returns_staged_items_first_then_committed(ctx: Context) -> None:
+async def pop_returns_staged_items_first_thenholding(ctx: Context) -> None:
     """pop_item takes staged items first, then stored ones (staged until commit)."""
     sid = ctx.new_id()
-    session = await _committed(ctx, sid, "c1", "c2")
+    session = await holding(ctx, sid, "c1", "c2")
     await session.add_items([msg("s1")])
     expect_equal(await session.pop_item(), msg("s1"), "first pop_item()")
     expect_equal(await session.pop_item(), msg("c2"), "second pop_item()")
@@ -197,7 +185,7 @@ async def pop_returns_staged_items_first_then_committed(ctx: Context) -> None:
 @check(Capability.STAGED_POPS)
 async def pop_then_rollback_restores_committed_item(ctx: Context) -> None:
     """rollback() after popping stored items brings them back."""
-    session = await _committed(ctx, ctx.new_id(), "1", "2")
+    session = await holding(ctx, ctx.new_id(), "1", "2")
     expect_equal(await session.pop_item(), msg("2"), "pop_item()")
     await session.rollback()
     expect_equal(await session.get_items(), [msg("1"), msg("2")], "get_items() after rollback")
@@ -206,7 +194,7 @@ async def pop_then_rollback_restores_committed_item(ctx: Context) -> None:
 @check(Capability.STAGED_POPS)
 async def pop_after_staged_clear_returns_none(ctx: Context) -> None:
     """After a staged clear there is nothing left to pop."""
-    session = await _committed(ctx, ctx.new_id(), "1")
+    session = await holding(ctx, ctx.new_id(), "1")
     await session.clear_session()
     expect_equal(await session.pop_item(), None, "pop_item() after a staged clear")
 
@@ -215,7 +203,7 @@ async def pop_after_staged_clear_returns_none(ctx: Context) -> None:
 async def pops_then_adds_in_one_batch(ctx: Context) -> None:
     """Staged pops of stored items and staged adds are committed together, in order."""
     sid = ctx.new_id()
-    session = await _committed(ctx, sid, "1", "2", "3")
+    session = await holding(ctx, sid, "1", "2", "3")
     await session.pop_item()
     await session.pop_item()
     await session.add_items([msg("x"), msg("y")])
@@ -228,7 +216,7 @@ async def pops_then_adds_in_one_batch(ctx: Context) -> None:
 @check(Capability.STAGED_POPS)
 async def limit_with_staged_pops_of_committed_items(ctx: Context) -> None:
     """get_items(limit) skips stored items whose pop is staged."""
-    session = await _committed(ctx, ctx.new_id(), *(str(i) for i in range(10)))
+    session = await holding(ctx, ctx.new_id(), *(str(i) for i in range(10)))
     await session.pop_item()
     await session.pop_item()
     expect_equal(await session.get_items(limit=3), [msg("5"), msg("6"), msg("7")], "limit=3")
@@ -238,7 +226,7 @@ async def limit_with_staged_pops_of_committed_items(ctx: Context) -> None:
 async def two_handles_popping_one_item_conflict(ctx: Context) -> None:
     """When two handles pop the same stored item, the second commit fails, removing nothing."""
     sid = ctx.new_id()
-    first = await _committed(ctx, sid, "1", "2", "3")
+    first = await holding(ctx, sid, "1", "2", "3")
     second = await ctx.open(sid)
     expect_equal(await first.pop_item(), msg("3"), "pop_item() of the first handle")
     expect_equal(await second.pop_item(), msg("3"), "pop_item() of the second handle")
