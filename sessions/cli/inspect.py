@@ -16,7 +16,7 @@ from .._backend import AdminBackend, SessionInfo
 from .._store import Store
 from .._transfer import admin_backend
 from .._validate import MAX_INT64
-from .options import Db, Json, database_url, opened
+from .options import Db, Json, SessionId, database_url, opened
 from .render import (
     Column,
     Entry,
@@ -187,7 +187,7 @@ async def _list_table(
 
 def show_cmd(
     ctx: typer.Context,
-    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
+    session_id: SessionId,
     db: Db = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the stored items as a JSON array.")

@@ -11,7 +11,7 @@ import typer
 
 from .._store import Store
 from .._validate import MAX_DURATION
-from .options import ENV_URL, Db, Yes, database_url, opened
+from .options import ENV_URL, Db, SessionId, Yes, database_url, opened
 from .render import Column, UsageError, confirm, fail, plural, progress, run_async, say, table, when
 
 __all__ = ["delete_cmd", "delete_user_cmd", "migrate_cmd", "parse_duration", "purge_cmd"]
@@ -22,7 +22,7 @@ __all__ = ["delete_cmd", "delete_user_cmd", "migrate_cmd", "parse_duration", "pu
 
 def delete_cmd(
     ctx: typer.Context,
-    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
+    session_id: SessionId,
     db: Db = None,
     yes: Yes = False,
 ) -> int:

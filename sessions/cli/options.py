@@ -20,6 +20,7 @@ __all__ = [
     "Db",
     "Globals",
     "Json",
+    "SessionId",
     "Yes",
     "database_url",
     "opened",
@@ -35,6 +36,7 @@ DB_HELP = (
 Db = Annotated[str | None, typer.Option("--db", metavar="URL", help=DB_HELP)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 Yes = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+SessionId = Annotated[str, typer.Argument(metavar="ID", help="The session id.")]
 
 
 @dataclass

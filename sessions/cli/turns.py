@@ -12,7 +12,7 @@ from .._backend import TurnUsage
 from .._turns import Turn
 from .._validate import MAX_INT64
 from .maintenance import parse_duration
-from .options import Db, Json, database_url, opened
+from .options import Db, Json, SessionId, database_url, opened
 from .render import (
     Column,
     UsageError,
@@ -42,7 +42,7 @@ def _turn_json(turn: Turn) -> dict[str, Any]:
 
 def turns_cmd(
     ctx: typer.Context,
-    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
+    session_id: SessionId,
     db: Db = None,
     as_json: Json = False,
 ) -> int:
@@ -143,7 +143,7 @@ async def _fork(
 
 def rewind_cmd(
     ctx: typer.Context,
-    session_id: Annotated[str, typer.Argument(metavar="ID", help="The session id.")],
+    session_id: SessionId,
     to_turn: Annotated[
         int | None,
         typer.Option(
