@@ -14,8 +14,8 @@ Some SDK flows look for optional, private hooks on a session and use them when f
 
 Our sessions offer the two compaction hooks only where no override of ``get_items``,
 ``add_items``, ``pop_item`` or ``clear_session`` in a subclass would be bypassed (see
-``sessions._session._offers_hook`` and ``docs/sdk-flows.md``), as the SDK does for its own
-sessions.
+``sessions._session.compaction._offers_hook`` and ``docs/sdk-flows.md``), as the SDK does
+for its own sessions.
 
 Those hooks are not public API, so every use of them is here, detected at run time:
 an SDK release without one simply never calls it, and one whose shape changed makes
