@@ -3,6 +3,12 @@
 Writes are staged (:mod:`sessions._staging`) and made durable by ``commit()`` through
 the one commit path (:mod:`sessions._commit`), inside a bounded shield
 (:mod:`sessions._shield`). Reads see stored history followed by the staged changes.
+
+The class is put together from feature parts, one per module of this package, each a base
+class over the shared state (``core.py``) and the read and commit paths (``plumbing.py``):
+``protocol.py``, ``transactions.py``, ``turns.py``, ``catalogue.py``, ``runstate.py`` and
+``compaction.py`` (built on ``protocol.py``: see its ``_offers_hook``). Each method is
+written once, in one part; none overrides another part's.
 """
 
 from __future__ import annotations

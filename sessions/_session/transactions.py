@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from typing_extensions import Self
-
 from .._shield import DeadlineExceeded, shielded
 from ..errors import CommitError, InvalidHistoryError, SessionError
 from .core import ACTIVE_TX, Tx
 from .plumbing import SessionPlumbing
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["TransactionPart"]
 
