@@ -23,6 +23,11 @@ from .connect import Connections
 from .faults import _RETRY_STATES, _classify, _is_connection_loss, _Phase
 from .sql import _turn_args
 
+# How many append sends may be in flight at once (at most the pool's size); commits
+# arriving meanwhile wait and leave together in the next one. Fewer sends mean larger
+# groups (fewer statements and WAL flushes), more mean less waiting. Two keep the server
+# busy with one group while the client wakes the callers of the other and gathers the
+# next.
 _GROUP_SENDS = 2
 # Bounds on one group statement.
 _GROUP_MAX_COMMITS = 256
