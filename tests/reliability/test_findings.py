@@ -20,7 +20,7 @@ from .lost_connection import RowLock, app_name, terminate, wait_lock_wait
 
 
 async def test_pg_backend_terminated_mid_statement_is_retried(pg: Target) -> None:
-    """FIXED (sessions/postgres.py, PostgresBackend._run): the server terminates our
+    """FIXED (sessions/postgres/connect.py, Connections._run): the server terminates our
     backend while a commit statement runs. asyncpg has already released the dead
     connection from the pool, so ``conn.terminate()`` in ``_run``'s ``finally`` raises
     ``InterfaceError: cannot call Connection.terminate(): connection has been released
@@ -48,7 +48,7 @@ async def test_pg_backend_terminated_mid_statement_is_retried(pg: Target) -> Non
 
 
 async def test_pg_backend_connection_terminated_while_idle_is_retried(pg: Target) -> None:
-    """FIXED (sessions/postgres.py): a pooled connection terminated by the server
+    """FIXED (sessions/postgres/faults.py): a pooled connection terminated by the server
     while idle is sometimes reused; asyncpg then raises ``InternalClientError: cannot
     switch to state 12; another operation (2) is in progress``, which ``_classify``
     does not treat as a lost connection, so the commit is not retried and fails with
@@ -263,7 +263,7 @@ def _other_writer(path: Any) -> Any:
 
 
 async def test_pg_commit_never_moves_updated_at_back(pg: Target) -> None:
-    """FIXED (sessions/postgres.py, the commit SQL): a commit stamps the session with
+    """FIXED (sessions/postgres/sql.py, the commit SQL): a commit stamps the session with
     ``now()``, the time its transaction started. A commit that started first but
     reached the session row last (here: held by the real database at its first write
     while another writer committed) moved ``updated_at`` back before the other
