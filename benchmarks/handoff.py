@@ -29,9 +29,10 @@ Each phase is the median over a round's turns, then the median of rounds; the ph
 medians need not add up to the total's. The main thread's CPU time per turn
 (``time.thread_time``) is given beside. The stamps come from wrappers this command puts
 around the worker's queue, the transaction functions and our backend's ``apply`` for
-its own run (ours: ``sessions._worker.Worker.submit``, ``sessions.sqlite._apply_group``
-and ``sessions.sqlite.SQLiteBackend.apply``; restored after): a few tenths of a
-microsecond per stamp, and one coroutine frame around our ``apply``.
+its own run (ours: ``sessions.sqlite.worker.Worker.submit``,
+``sessions.sqlite.group.apply_group`` and ``sessions.sqlite.SQLiteBackend.apply``;
+restored after): a few tenths of a microsecond per stamp, and one coroutine frame
+around our ``apply``.
 """
 
 from __future__ import annotations
@@ -97,8 +98,9 @@ def _phases(t0: float, stamps: _Stamps, t1: float) -> tuple[float, ...]:
 
 
 async def _measure(turns: int, rounds: int, directory: str) -> dict[str, Any]:
-    import sessions._worker as worker_module
     import sessions.sqlite as sqlite_module
+    import sessions.sqlite.group as group_module
+    import sessions.sqlite.worker as worker_module
 
     stamps = _Stamps()
     ours = OursSQLite(os.path.join(directory, "ours.db"))
@@ -122,7 +124,7 @@ async def _measure(turns: int, rounds: int, directory: str) -> dict[str, Any]:
         stamps.returned = time.perf_counter()
 
     submit = worker_module.Worker.submit
-    apply_group = sqlite_module._apply_group
+    apply_group = group_module.apply_group
     apply = sqlite_module.SQLiteBackend.apply
 
     def stamped_submit(self: Any, job: Any) -> None:
@@ -140,7 +142,7 @@ async def _measure(turns: int, rounds: int, directory: str) -> dict[str, Any]:
     cpu: dict[str, list[float]] = {s: [] for s in SUBJECTS}
     source = TurnSource(seed=11)
     worker_module.Worker.submit = stamped_submit  # type: ignore[method-assign]
-    sqlite_module._apply_group = _timed(stamps, apply_group)
+    group_module.apply_group = _timed(stamps, apply_group)
     sqlite_module.SQLiteBackend.apply = stamped_apply  # type: ignore[method-assign]
     try:
         for name in SUBJECTS:  # warm-up
@@ -162,7 +164,7 @@ async def _measure(turns: int, rounds: int, directory: str) -> dict[str, Any]:
                     samples[name][i].append(statistics.median(values))
     finally:
         worker_module.Worker.submit = submit  # type: ignore[method-assign]
-        sqlite_module._apply_group = apply_group
+        group_module.apply_group = apply_group
         sqlite_module.SQLiteBackend.apply = apply  # type: ignore[method-assign]
         await ours.close()
         await floor.close()

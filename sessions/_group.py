@@ -107,7 +107,7 @@ class Bounds:
     split_min: int | None = None
     """Once more commits than this wait, a group takes at most one send's share of the
     commits waiting and in flight (rounded up): see ``_GROUP_SPLIT_MIN`` in
-    :mod:`sessions.postgres` for why."""
+    :mod:`sessions.postgres.group` for why."""
 
 
 @dataclass(frozen=True)

@@ -174,3 +174,48 @@ def test_no_function_in_sessions_is_longer_than_60_lines() -> None:
                 if lines > MAX_FUNCTION_LINES:
                     long.append(f"{name}.{node.name}: {lines} lines")
     assert not long, long
+
+
+MAX_MODULE_LINES = 600
+MAX_CLASS_METHODS = 30
+
+
+def oversized(sources: dict[str, str]) -> list[str]:
+    """Modules over ``MAX_MODULE_LINES`` lines and classes with more than
+    ``MAX_CLASS_METHODS`` methods (those defined in the class body, properties included)."""
+    found: list[str] = []
+    for name, text in sorted(sources.items()):
+        lines = len(text.splitlines())
+        if lines > MAX_MODULE_LINES:
+            found.append(f"{name}: {lines} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef):
+                methods = [
+                    item
+                    for item in node.body
+                    if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                ]
+                if len(methods) > MAX_CLASS_METHODS:
+                    found.append(f"{name}.{node.name}: {len(methods)} methods")
+    return found
+
+
+def test_no_module_in_sessions_is_over_600_lines_and_no_class_over_30_methods() -> None:
+    sources = {
+        ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts): path.read_text(
+            encoding="utf-8"
+        )
+        for path in sorted(PACKAGE.rglob("*.py"))
+    }
+    assert len(sources) > 30
+    assert oversized(sources) == []
+
+
+def test_the_size_check_finds_a_planted_long_module_and_a_planted_wide_class() -> None:
+    wide = "class Wide:\n" + "".join(f"    def m{i}(self) -> None: ...\n" for i in range(31))
+    narrow = "class Narrow:\n" + "".join(f"    def m{i}(self) -> None: ...\n" for i in range(30))
+    long = "x = 1\n" * 601
+    assert oversized({"a": wide, "b": narrow, "c": long, "d": "x = 1\n" * 600}) == [
+        "a.Wide: 31 methods",
+        "c: 601 lines",
+    ]

@@ -37,15 +37,16 @@ def test_the_handoff_benchmark_writes_every_phase_of_both_subjects(tmp_path: Pat
 def test_the_handoff_benchmark_puts_the_library_internals_back() -> None:
     import tempfile
 
-    import sessions._worker as worker_module
     import sessions.sqlite as sqlite_module
+    import sessions.sqlite.group as group_module
+    import sessions.sqlite.worker as worker_module
     from benchmarks.handoff import _measure
 
-    submit, apply_group = worker_module.Worker.submit, sqlite_module._apply_group
+    submit, apply_group = worker_module.Worker.submit, group_module.apply_group
     apply = sqlite_module.SQLiteBackend.apply
     with tempfile.TemporaryDirectory() as directory:
         results = asyncio.run(_measure(5, 1, directory))
     assert results["ours"]["phases_us"]["transaction"] > 0
     assert worker_module.Worker.submit is submit
-    assert sqlite_module._apply_group is apply_group
+    assert group_module.apply_group is apply_group
     assert sqlite_module.SQLiteBackend.apply is apply

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -128,3 +129,28 @@ def test_splice_replaces_exactly_one_marked_block() -> None:
         matrix.splice(text * 2, "<!-- x:begin -->", "<!-- x:end -->", "new\n")
     with pytest.raises(SystemExit, match="exactly one"):
         matrix.splice("a\n", "<!-- x:begin -->", "<!-- x:end -->", "new\n")
+
+
+def test_run_all_runs_whole_suite_cells_first_side_by_side_and_the_wheel_alone_last() -> None:
+    import threading
+
+    lock = threading.Lock()
+    running: set[str] = set()
+    seen: list[tuple[str, frozenset[str]]] = []  # each start, with what ran beside it
+    release = threading.Barrier(2, timeout=10)
+
+    def one(cell: Any) -> Any:
+        with lock:
+            running.add(cell.name)
+            seen.append((cell.name, frozenset(running)))
+        if cell.name in ("py3.10", "py3.12"):
+            release.wait()  # both whole-suite cells started before either ends
+        with lock:
+            running.discard(cell.name)
+        return matrix.Result(cell)
+
+    done = matrix.run_all(matrix.CELLS, one, jobs=2)
+    assert sorted(done) == sorted(cell.name for cell in matrix.CELLS)
+    order = [name for name, _ in seen]
+    assert order[:2] == ["py3.10", "py3.12"] and order[-1] == "wheel"
+    assert dict(seen)["wheel"] == frozenset({"wheel"})

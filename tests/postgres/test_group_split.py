@@ -9,15 +9,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessions import Batch
+from sessions._group import Entry
 
-postgres = pytest.importorskip("sessions.postgres")  # needs asyncpg
+pg_group = pytest.importorskip("sessions.postgres.group")  # needs asyncpg
 
-_Entry = postgres._Entry
-_Grouper = postgres._Grouper
+_Grouper = pg_group._Grouper
 
 
 def _entry(number: int, items: int = 1) -> object:
-    return _Entry(f"s{number}", [Batch(f"b{number}", False, (), ("{}",) * items)])
+    return Entry(f"s{number}", [Batch(f"b{number}", False, (), ("{}",) * items)])
 
 
 def _grouper(limit: int, waiting: int, in_flight: int = 0, items: int = 1) -> object:
@@ -43,8 +43,8 @@ def test_the_share_counts_the_commits_in_flight() -> None:
 
 
 def test_a_few_waiting_commits_leave_together_whatever_their_share() -> None:
-    grouper = _grouper(limit=2, waiting=postgres._GROUP_SPLIT_MIN, in_flight=0)
-    assert len(grouper.take()) == postgres._GROUP_SPLIT_MIN
+    grouper = _grouper(limit=2, waiting=pg_group._GROUP_SPLIT_MIN, in_flight=0)
+    assert len(grouper.take()) == pg_group._GROUP_SPLIT_MIN
 
 
 @given(
@@ -64,9 +64,9 @@ def test_a_group_is_the_oldest_waiting_commits_within_every_bound(
     if waiting:
         assert group, "a send never leaves empty while commits wait"
     share = -(-(waiting + in_flight) // limit)
-    assert len(group) <= min(postgres._GROUP_MAX_COMMITS, max(postgres._GROUP_SPLIT_MIN, share))
-    assert len(group) == 1 or len(group) * items <= postgres._GROUP_MAX_ITEMS
+    assert len(group) <= min(pg_group._GROUP_MAX_COMMITS, max(pg_group._GROUP_SPLIT_MIN, share))
+    assert len(group) == 1 or len(group) * items <= pg_group._GROUP_MAX_ITEMS
     # Nothing held back below the bounds: the next waiting commit would break one.
     if grouper.pending:
-        bound = min(postgres._GROUP_MAX_COMMITS, max(postgres._GROUP_SPLIT_MIN, share))
-        assert len(group) == bound or (len(group) + 1) * items > postgres._GROUP_MAX_ITEMS
+        bound = min(pg_group._GROUP_MAX_COMMITS, max(pg_group._GROUP_SPLIT_MIN, share))
+        assert len(group) == bound or (len(group) + 1) * items > pg_group._GROUP_MAX_ITEMS

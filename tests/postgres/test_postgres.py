@@ -44,9 +44,8 @@ from sessions.postgres import (  # noqa: E402 - needs asyncpg
     SCHEMA_VERSION,
     PostgresSession,
     PostgresStore,
-    _classify,
-    _Phase,
 )
+from sessions.postgres.faults import _classify, _Phase  # noqa: E402 - needs asyncpg
 
 pytestmark = pytest.mark.postgres
 

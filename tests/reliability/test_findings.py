@@ -20,7 +20,7 @@ from .lost_connection import RowLock, app_name, terminate, wait_lock_wait
 
 
 async def test_pg_backend_terminated_mid_statement_is_retried(pg: Target) -> None:
-    """FIXED (sessions/postgres.py, PostgresBackend._run): the server terminates our
+    """FIXED (sessions/postgres/connect.py, Connections._run): the server terminates our
     backend while a commit statement runs. asyncpg has already released the dead
     connection from the pool, so ``conn.terminate()`` in ``_run``'s ``finally`` raises
     ``InterfaceError: cannot call Connection.terminate(): connection has been released
@@ -48,7 +48,7 @@ async def test_pg_backend_terminated_mid_statement_is_retried(pg: Target) -> Non
 
 
 async def test_pg_backend_connection_terminated_while_idle_is_retried(pg: Target) -> None:
-    """FIXED (sessions/postgres.py): a pooled connection terminated by the server
+    """FIXED (sessions/postgres/faults.py): a pooled connection terminated by the server
     while idle is sometimes reused; asyncpg then raises ``InternalClientError: cannot
     switch to state 12; another operation (2) is in progress``, which ``_classify``
     does not treat as a lost connection, so the commit is not retried and fails with
@@ -132,7 +132,7 @@ async def test_autocommit_session_survives_a_pop_conflict(target: Target) -> Non
 
 
 def test_failed_sqlite_open_leaves_nothing_running(tmp_path: Any) -> None:
-    """FIXED (sessions/sqlite.py, SQLiteBackend.open): when ``await conn`` fails (a
+    """FIXED (sessions/sqlite/backend.py, SQLiteBackend.open): when ``await conn`` fails (a
     missing directory, say), aiosqlite queues its own stop with a future of the
     current loop that nobody awaits; ``open`` raises at once, so if the loop closes
     next (end of a test, of ``asyncio.run``) the worker thread dies with
@@ -162,7 +162,7 @@ def test_failed_sqlite_open_leaves_nothing_running(tmp_path: Any) -> None:
 
 
 async def test_sqlite_group_commit_never_moves_updated_at_back(tmp_path: Any) -> None:
-    """FIXED (sessions/sqlite.py, _apply_group): a group commit read the time before
+    """FIXED (sessions/sqlite/group.py, apply_group): a group commit read the time before
     ``BEGIN IMMEDIATE``, which waits while another process holds the write lock. A
     commit that process made meanwhile (a later time) was then followed by ours with
     the earlier time: ``updated_at`` went back before the session's newest batch record
@@ -171,7 +171,7 @@ async def test_sqlite_group_commit_never_moves_updated_at_back(tmp_path: Any) ->
     import sqlite3
     import threading
 
-    import sessions.sqlite as backend_module
+    import sessions.sqlite.group as backend_module
     from sessions import SQLiteStore
 
     path = tmp_path / "clock.db"
@@ -181,7 +181,7 @@ async def test_sqlite_group_commit_never_moves_updated_at_back(tmp_path: Any) ->
     await seed.commit()
     other = _other_writer(path)
     entered = threading.Event()
-    original = backend_module._apply_group
+    original = backend_module.apply_group
 
     def spy(conn: sqlite3.Connection, entries: Any) -> Any:
         entered.set()
@@ -196,7 +196,7 @@ async def test_sqlite_group_commit_never_moves_updated_at_back(tmp_path: Any) ->
     try:
         assert other.stdout is not None and other.stdin is not None
         assert await asyncio.to_thread(other.stdout.readline) == "locked\n"
-        backend_module._apply_group = spy
+        backend_module.apply_group = spy
         holder = asyncio.ensure_future(store.sqlite.run(hold))
         assert await asyncio.to_thread(busy.wait, 30)
         a, b = store.session("s"), store.session("t")
@@ -212,7 +212,7 @@ async def test_sqlite_group_commit_never_moves_updated_at_back(tmp_path: Any) ->
         await holder
         await commits
     finally:
-        backend_module._apply_group = original
+        backend_module.apply_group = original
         free.set()
         other.kill()
         other.wait(30)
@@ -263,7 +263,7 @@ def _other_writer(path: Any) -> Any:
 
 
 async def test_pg_commit_never_moves_updated_at_back(pg: Target) -> None:
-    """FIXED (sessions/postgres.py, the commit SQL): a commit stamps the session with
+    """FIXED (sessions/postgres/sql.py, the commit SQL): a commit stamps the session with
     ``now()``, the time its transaction started. A commit that started first but
     reached the session row last (here: held by the real database at its first write
     while another writer committed) moved ``updated_at`` back before the other

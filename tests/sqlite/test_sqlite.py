@@ -170,16 +170,16 @@ def test_schema_creation_is_safe_when_many_processes_start_at_once(tmp_path: Pat
 async def test_group_commit_keeps_every_session_contiguous(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sessions.sqlite as backend_module
+    import sessions.sqlite.group as backend_module
 
     sizes: list[int] = []
-    original = backend_module._apply_group
+    original = backend_module.apply_group
 
     def spy(conn: sqlite3.Connection, entries: Any) -> Any:
         sizes.append(len(entries))
         return original(conn, entries)
 
-    monkeypatch.setattr(backend_module, "_apply_group", spy)
+    monkeypatch.setattr(backend_module, "apply_group", spy)
     path = tmp_path / "group.db"
     store = await SQLiteStore.open(path)
     try:
@@ -227,18 +227,18 @@ async def test_a_failing_commit_in_a_group_rolls_back_alone(
 ) -> None:
     import threading
 
-    import sessions.sqlite as backend_module
+    import sessions.sqlite.group as backend_module
     from sessions import Batch
     from sessions.errors import ConflictError
 
     groups: list[list[str]] = []
-    original = backend_module._apply_group
+    original = backend_module.apply_group
 
     def spy(conn: sqlite3.Connection, entries: Any) -> Any:
         groups.append([session_id for session_id, _ in entries])
         return original(conn, entries)
 
-    monkeypatch.setattr(backend_module, "_apply_group", spy)
+    monkeypatch.setattr(backend_module, "apply_group", spy)
     path = tmp_path / "group.db"
     store = await SQLiteStore.open(path)
     backend = store.sqlite
@@ -295,7 +295,7 @@ class _KillWorker:
 async def test_a_dead_worker_thread_is_an_error_for_every_later_call_never_a_wait(
     tmp_path: Path,
 ) -> None:
-    from sessions._worker import WorkerStoppedError
+    from sessions.sqlite.worker import WorkerStoppedError
 
     store = await SQLiteStore.open(tmp_path / "a.db", commit_timeout=60)
     try:

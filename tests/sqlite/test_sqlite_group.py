@@ -1,4 +1,4 @@
-"""SQLite's part of group commit (``sessions.sqlite._Group``) when its worker thread
+"""SQLite's part of group commit (``sessions.sqlite.group.Group``) when its worker thread
 cannot take a job."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sessions import Batch, SQLiteStore
-from sessions._worker import WorkerStoppedError
+from sessions.sqlite.worker import WorkerStoppedError
 
 
 def _batch() -> Batch:

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar
 
-from .errors import StorageError
+from ..errors import StorageError
 
 __all__ = ["Call", "Job", "Worker", "WorkerStoppedError", "call_in_loop", "deliver"]
 

@@ -1,0 +1,546 @@
+"""The PostgreSQL backend's SQL, each statement written once: the migrations, the table
+names (:class:`_Names`), every statement the backend runs (:class:`Statements`, filled in
+with a store's names once, when its backend is made) and the tables a delete empties.
+
+Tables live in ``schema`` (created if missing) and are named ``<table_prefix>sessions``,
+``<table_prefix>items``, ``<table_prefix>batches``, ... and ``<table_prefix>schema_version``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from .._backend import Batch
+from .._catalogue import MAX_TTL
+from .._validate import validate_identifier
+
+__all__ = [
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "SESSION_TABLES",
+    "STATEMENTS",
+    "Statements",
+]
+
+#: A new session life's token (see :attr:`sessions.Batch.incarnation`).
+_NEW_LIFE = "md5(random()::text || clock_timestamp()::text)"
+
+#: Each migration: ``(version, statements)``. Statements are templates whose
+#: ``{sessions}``, ``{items}``, ``{batches}`` placeholders become schema-qualified,
+#: quoted table names and ``{prefix}`` the (validated) table prefix. Append only.
+MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
+    (
+        1,
+        (
+            "CREATE TABLE IF NOT EXISTS {sessions} ("
+            ' session_id text COLLATE "C" PRIMARY KEY,'
+            " created_at timestamptz NOT NULL,"
+            " updated_at timestamptz NOT NULL,"
+            " item_count bigint NOT NULL DEFAULT 0,"
+            " next_seq bigint NOT NULL DEFAULT 1)",
+            'CREATE INDEX IF NOT EXISTS "{prefix}sessions_updated" ON {sessions} (updated_at)',
+            # data is TEXT, not jsonb: the core stores exact JSON text, and jsonb
+            # rejects \u0000 and reorders keys.
+            "CREATE TABLE IF NOT EXISTS {items} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " seq bigint NOT NULL,"
+            " batch_id text NOT NULL,"
+            " data text NOT NULL,"
+            " PRIMARY KEY (session_id, seq))",
+            "CREATE TABLE IF NOT EXISTS {batches} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            ' batch_id text COLLATE "C" NOT NULL,'
+            " committed_at timestamptz NOT NULL,"
+            " PRIMARY KEY (session_id, batch_id))",
+        ),
+    ),
+    (
+        2,
+        (
+            # One saved run state per session (tool approvals waiting for a human). The
+            # row outlives a removal (data NULL) so that versions are never reused.
+            "CREATE TABLE IF NOT EXISTS {run_states} ("
+            ' session_id text COLLATE "C" PRIMARY KEY,'
+            " version bigint NOT NULL,"
+            " data text,"
+            " label text,"
+            " updated_at timestamptz NOT NULL)",
+        ),
+    ),
+    (
+        3,
+        (
+            # Items kept out of the history because they break a history rule
+            # (integrity="quarantine"), written with the batch they came in.
+            "CREATE TABLE IF NOT EXISTS {quarantine} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " seq bigint NOT NULL,"
+            " batch_id text NOT NULL,"
+            " reason text NOT NULL,"
+            " data text NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " PRIMARY KEY (session_id, seq))",
+        ),
+    ),
+    (
+        4,
+        (
+            # One row per commit that added items: the seq range of its items (docs/turns.md).
+            # Items stored before this table existed belong to no row: they read as one turn.
+            "CREATE TABLE IF NOT EXISTS {turns} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " first_seq bigint NOT NULL,"
+            " last_seq bigint NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " run_id text,"
+            " hidden_by bigint,"  # the rewind that hid it (session.rewind), else NULL
+            # Model usage of the turn's run (session.record_usage); NULL: none recorded.
+            " requests bigint,"
+            " input_tokens bigint,"
+            " output_tokens bigint,"
+            " cached_tokens bigint,"
+            " reasoning_tokens bigint,"
+            " PRIMARY KEY (session_id, first_seq))",
+            # Items hidden by a rewind (kept for undo_rewind), with the rewind's number.
+            "CREATE TABLE IF NOT EXISTS {hidden} ("
+            ' session_id text COLLATE "C" NOT NULL,'
+            " seq bigint NOT NULL,"
+            " batch_id text NOT NULL,"
+            " data text NOT NULL,"
+            " rewind_no bigint NOT NULL,"
+            " PRIMARY KEY (session_id, seq))",
+            # Forks: session_id was forked from source_id at turn at_turn (session.fork).
+            "CREATE TABLE IF NOT EXISTS {branches} ("
+            ' source_id text COLLATE "C" NOT NULL,'
+            ' session_id text COLLATE "C" NOT NULL,'
+            " at_turn bigint NOT NULL,"
+            " created_at timestamptz NOT NULL,"
+            " PRIMARY KEY (source_id, session_id))",
+        ),
+    ),
+    (
+        5,
+        (
+            # The catalogue (docs/catalogue.md): owner, title, tags (also one row each in
+            # session_tags, for lookups), metadata (JSON object text), the session's own
+            # idle TTL (seconds) and its version (one per applied batch).
+            'ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS user_id text COLLATE "C"',
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS title text",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS tags text[]",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS metadata text",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS ttl double precision",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0",
+            'CREATE INDEX IF NOT EXISTS "{prefix}sessions_user" ON {sessions} (user_id, session_id)',
+            # user_id repeats the session's, so that one user's sessions with a tag are
+            # one index range, whatever the size of the store.
+            "CREATE TABLE IF NOT EXISTS {session_tags} ("
+            ' tag text COLLATE "C" NOT NULL,'
+            ' session_id text COLLATE "C" NOT NULL,'
+            ' user_id text COLLATE "C",'
+            " PRIMARY KEY (tag, session_id))",
+            'CREATE INDEX IF NOT EXISTS "{prefix}session_tags_session" ON {session_tags} (session_id)',
+            'CREATE INDEX IF NOT EXISTS "{prefix}session_tags_user"'
+            " ON {session_tags} (user_id, tag, session_id)",
+        ),
+    ),
+    (
+        6,
+        (
+            # The session's life (Batch.incarnation): a new token each time its row is
+            # created, so a session deleted and created anew under the same id is told
+            # apart from the one a session object read.
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS incarnation text",
+            f"UPDATE {{sessions}} SET incarnation = {_NEW_LIFE} WHERE incarnation IS NULL",
+            f"ALTER TABLE {{sessions}} ALTER COLUMN incarnation SET DEFAULT {_NEW_LIFE}",
+            # Raised by the append statement when its batch was prepared against a life
+            # that is over (SQLSTATE TXS01, message: the session id).
+            "CREATE OR REPLACE FUNCTION {deleted}(sid text) RETURNS text LANGUAGE plpgsql "
+            "AS $f$ BEGIN RAISE EXCEPTION USING ERRCODE = 'TXS01', MESSAGE = sid; END $f$",
+        ),
+    ),
+)
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+SCHEMA_VERSION = MIGRATIONS[-1][0]
+
+#: Every table with per-session rows, but the sessions table: what deleting a session
+#: (or a user) deletes. A migration that adds one adds it here (a test compares this
+#: with the schema).
+SESSION_TABLES = (
+    "items",
+    "batches",
+    "run_states",
+    "session_tags",
+    "quarantine",
+    "turns",
+    "hidden_items",
+    "branches",  # the session's own fork record; its forks' records: source_id
+)
+
+#: The columns of a :class:`~sessions.SessionInfo`, in the order ``_info`` reads them.
+_INFO_COLUMNS = (
+    "session_id, item_count, created_at, updated_at, user_id, title, tags, metadata, ttl, version"
+)
+
+
+def _validate_names(schema: object, table_prefix: object) -> tuple[str, str]:
+    # A prefix may be empty; it is checked as the start of an identifier.
+    return (
+        validate_identifier(schema, "schema"),
+        validate_identifier(table_prefix, "table_prefix", allow_empty=True),
+    )
+
+
+@dataclass(frozen=True)
+class _Names:
+    """Quoted, schema-qualified table names and the SQL built from them."""
+
+    schema: str
+    prefix: str
+
+    def table(self, name: str) -> str:
+        return f'"{self.schema}"."{self.prefix}{name}"'
+
+    def sql(self, template: str) -> str:
+        return template.format(
+            sessions=self.table("sessions"),
+            items=self.table("items"),
+            batches=self.table("batches"),
+            run_states=self.table("run_states"),
+            turns=self.table("turns"),
+            branches=self.table("branches"),
+            hidden=self.table("hidden_items"),
+            quarantine=self.table("quarantine"),
+            session_tags=self.table("session_tags"),
+            version=self.table("schema_version"),
+            deleted=f'"{self.schema}"."{self.prefix}deleted"',
+            prefix=self.prefix,
+        )
+
+    @property
+    def lock_key(self) -> int:
+        """A 64-bit advisory lock key for migrations of this schema and prefix."""
+        digest = hashlib.blake2b(
+            f"txsessions:{self.schema}.{self.prefix}".encode(), digest_size=8
+        ).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+
+#: The first step of both commit statements (``append``, ``batch``): the CTE ``b`` records
+#: batch $2 of session $1 as applied, and holds a row only if the id was new.
+_RECORD_BATCH = """b AS (
+        INSERT INTO {batches} (session_id, batch_id, committed_at)
+        VALUES ($1, $2, now())
+        ON CONFLICT DO NOTHING
+        RETURNING batch_id
+    )"""
+
+
+def _record_turn(*, count: int, first: int) -> str:
+    """The CTE ``r`` of both commit statements: the turn record (``Batch.turn``) over the
+    ``$count`` items just numbered from ``s.base``. ``$first`` says whether there is one,
+    the next parameters are its run id, its time (NULL: ``now()``) and its five usage
+    counts (NULL: none), in :func:`_turn_args`' order."""
+    usage = ", ".join(f"${n}::bigint" for n in range(first + 3, first + 8))
+    return f"""r AS (
+        INSERT INTO {{turns}} (session_id, first_seq, last_seq, created_at, run_id,
+                             requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens)
+        SELECT $1, s.base, s.base + ${count}::bigint - 1, coalesce(${first + 2}::timestamptz, now()),
+               ${first + 1}::text, {usage}
+        FROM s WHERE ${first}::boolean AND ${count}::bigint > 0
+    )"""
+
+
+@dataclass(frozen=True)
+class Statements:
+    """Every statement the backend runs, each written once, as a field's default: a
+    template whose ``{sessions}``, ``{items}``, ... placeholders :meth:`for_names` fills in.
+    """
+
+    # The common commit: one batch of items only, one statement, one round trip.
+    # $1 session_id, $2 batch_id, $3 items text[], $4 item count, then the turn record
+    # (Batch.turn): $5 whether there is one, $6 its run id, $7 its time (NULL: now()), $8-$12
+    # its usage (NULL: none), $13 the life it was prepared against (Batch.incarnation; NULL:
+    # no check: a row just created has a new life, so it fails the check, raised while
+    # inserting the items, and the whole statement is rolled back; a batch without items
+    # and with a life to check takes the general commit). now() is when the
+    # transaction started; a commit that started earlier but got the row later must not move
+    # updated_at back, hence GREATEST (here and in ``batch``).
+    append: str = f"""
+    WITH {_RECORD_BATCH}, s AS (
+        INSERT INTO {{sessions}} AS t (session_id, created_at, updated_at, item_count, next_seq,
+                                       version)
+        SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1 FROM b
+        ON CONFLICT (session_id) DO UPDATE SET
+            updated_at = GREATEST(t.updated_at, excluded.updated_at),
+            item_count = t.item_count + excluded.item_count,
+            next_seq = t.next_seq + excluded.item_count,
+            version = t.version + 1
+        RETURNING t.next_seq - $4::bigint AS base, t.incarnation AS life
+    ), {_record_turn(count=4, first=5)}
+    INSERT INTO {{items}} (session_id, seq, batch_id, data)
+    SELECT $1, s.base + u.ord - 1, $2, u.data
+    FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
+    WHERE CASE WHEN s.life IS NOT DISTINCT FROM coalesce($13::text, s.life) THEN true
+               ELSE {{deleted}}($1) IS NULL END
+    """
+
+    # The general commit, statement 1 of 2+: make sure the session row exists and lock it;
+    # returns the session's life before the statement (NULL: the row was just created).
+    lock: str = """
+    INSERT INTO {sessions} AS t (session_id, created_at, updated_at, item_count, next_seq)
+    VALUES ($1, now(), now(), 0, 1)
+    ON CONFLICT (session_id) DO UPDATE SET next_seq = t.next_seq
+    RETURNING CASE WHEN xmax = 0 THEN NULL ELSE incarnation END
+    """
+
+    # The general commit, one statement per batch, after the lock (fresh snapshot).
+    # $1 session_id, $2 batch_id, $3 clear, $4 pops bigint[], $5 items text[], $6 item count,
+    # $7-$14 the turn record as $5-$12 of ``append``. A clear removes the turn records too (the
+    # statement's snapshot does not see the new record, so it stays).
+    batch: str = f"""
+    WITH {_RECORD_BATCH}, d AS (
+        DELETE FROM {{items}}
+        WHERE session_id = $1
+          AND ($3::boolean OR seq = ANY($4::bigint[]))
+          AND EXISTS (SELECT 1 FROM b)
+        RETURNING seq
+    ), s AS (
+        UPDATE {{sessions}} SET
+            updated_at = GREATEST(updated_at, now()),
+            item_count = CASE WHEN $3::boolean THEN $6::bigint
+                              ELSE item_count - (SELECT count(*) FROM d) + $6::bigint END,
+            next_seq = next_seq + $6::bigint,
+            version = version + 1
+        WHERE session_id = $1 AND EXISTS (SELECT 1 FROM b)
+        RETURNING next_seq - $6::bigint AS base
+    ), i AS (
+        INSERT INTO {{items}} (session_id, seq, batch_id, data)
+        SELECT $1, s.base + u.ord - 1, $2, u.data
+        FROM s CROSS JOIN unnest($5::text[]) WITH ORDINALITY AS u(data, ord)
+    ), dt AS (
+        DELETE FROM {{turns}} WHERE session_id = $1 AND $3::boolean AND EXISTS (SELECT 1 FROM b)
+    ), dh AS (
+        DELETE FROM {{hidden}} WHERE session_id = $1 AND $3::boolean AND EXISTS (SELECT 1 FROM b)
+    ), {_record_turn(count=6, first=7)}
+    SELECT (SELECT count(*) FROM b) AS recorded, (SELECT count(*) FROM d) AS removed
+    """
+
+    load_all: str = "SELECT seq, data FROM {items} WHERE session_id = $1 ORDER BY seq"
+
+    load_tail: str = (
+        "SELECT seq, data FROM (SELECT seq, data FROM {items} WHERE session_id = $1 "
+        "ORDER BY seq DESC LIMIT $2) AS tail ORDER BY seq"
+    )
+
+    # Always run inside a transaction that is rolled back: see PostgresBackend.applied.
+    probe: str = (
+        "INSERT INTO {batches} (session_id, batch_id, committed_at) "
+        "SELECT $1, id, now() FROM unnest($2::text[]) AS u(id) "
+        "ON CONFLICT DO NOTHING RETURNING batch_id"
+    )
+
+    # Session ids are never empty, so ``> ''`` lists from the start; COLLATE "C" on the
+    # column makes the order bytewise (code point order), the same as SQLite's.
+    list: str = f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id > $1 ORDER BY session_id LIMIT $2"
+
+    info: str = f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id = $1"
+
+    stale: str = (
+        f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE updated_at < $1 AND session_id > $2 "
+        "ORDER BY session_id LIMIT $3"
+    )
+
+    range: str = (
+        "SELECT seq, data FROM {items} WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+    )
+
+    prune: str = (
+        "DELETE FROM {batches} WHERE committed_at < $1 AND NOT EXISTS (SELECT 1 FROM "
+        "unnest($2::text[]) AS k(prefix) WHERE left(batch_id, length(k.prefix)) = k.prefix)"
+    )
+
+    # A restore (import) gives the session the times of its export: $2 created, $3 updated.
+    restore_times: str = (
+        "UPDATE {sessions} SET created_at = $2, updated_at = $3 WHERE session_id = $1"
+    )
+
+    # What the core decides a conditional batch by (sessions._decide.Snapshot), read in the
+    # general commit's transaction before the batch statement. $1 session_id, $2 batch_id,
+    # $3 pops bigint[], $4 tail (NULL: none), $5 how many keys to read, $6 an undo, $7 a run
+    # state, $8 a fork. Items hidden by a rewind: the newest rewind number first.
+    snapshot: str = """
+    SELECT
+        EXISTS (SELECT 1 FROM {batches} WHERE session_id = $1 AND batch_id = $2),
+        coalesce((SELECT version FROM {sessions} WHERE session_id = $1), 0),
+        (SELECT count(*) FROM {items} WHERE session_id = $1 AND seq = ANY($3::bigint[])),
+        CASE WHEN $4::bigint IS NULL THEN ARRAY[]::bigint[] ELSE array(
+            SELECT seq FROM {items} WHERE session_id = $1 AND seq > $4::bigint ORDER BY seq LIMIT $5
+        ) END,
+        h.newest,
+        CASE WHEN $6::boolean AND h.newest IS NOT NULL THEN array(
+            SELECT seq FROM {items} WHERE session_id = $1 AND seq > (
+                SELECT min(seq) FROM {hidden} WHERE session_id = $1 AND rewind_no = h.newest
+            ) ORDER BY seq LIMIT $5
+        ) ELSE ARRAY[]::bigint[] END,
+        CASE WHEN $7::boolean THEN
+            coalesce((SELECT version FROM {run_states} WHERE session_id = $1), 0)
+        ELSE 0 END,
+        CASE WHEN $8::boolean THEN array(
+            SELECT seq FROM {items} WHERE session_id = $1 ORDER BY seq LIMIT $5
+        ) ELSE ARRAY[]::bigint[] END,
+        f.source_id,
+        f.at_turn
+    FROM (SELECT max(rewind_no) AS newest FROM {hidden} WHERE session_id = $1) AS h
+    LEFT JOIN LATERAL (
+        SELECT source_id, at_turn FROM {branches} WHERE $8::boolean AND session_id = $1 LIMIT 1
+    ) AS f ON true
+    """
+
+    run_state_write: str = (
+        "INSERT INTO {run_states} (session_id, version, data, label, updated_at) "
+        "VALUES ($1, $2, $3, $4, now()) ON CONFLICT (session_id) DO UPDATE SET "
+        "version = excluded.version, data = excluded.data, label = excluded.label, "
+        "updated_at = excluded.updated_at"
+    )
+
+    run_state_load: str = "SELECT data, version, label FROM {run_states} WHERE session_id = $1"
+
+    # Turn records and item keys of one session, from one snapshot (one statement).
+    turns_load: str = (
+        "SELECT array(SELECT seq FROM {items} WHERE session_id = $1 ORDER BY seq), "
+        "array(SELECT row(first_seq, last_seq, created_at, run_id, requests, input_tokens, "
+        "output_tokens, cached_tokens, reasoning_tokens) FROM {turns} "
+        "WHERE session_id = $1 AND hidden_by IS NULL ORDER BY first_seq)"
+    )
+
+    branches_delete: str = "DELETE FROM {branches} WHERE source_id = ANY($1::text[])"
+
+    branch: str = (
+        "INSERT INTO {branches} (source_id, session_id, at_turn, created_at) "
+        "VALUES ($1, $2, $3, now()) ON CONFLICT DO NOTHING"
+    )
+
+    branches_load: str = (
+        "SELECT session_id, at_turn, created_at FROM {branches} WHERE source_id = $1 "
+        "ORDER BY created_at, session_id"
+    )
+
+    usage: str = (
+        "SELECT coalesce(sum(requests), 0), coalesce(sum(input_tokens), 0), "
+        "coalesce(sum(output_tokens), 0), coalesce(sum(cached_tokens), 0), "
+        "coalesce(sum(reasoning_tokens), 0), count(requests) FROM {turns} "
+        "WHERE requests IS NOT NULL AND ($1::text IS NULL OR session_id = $1) "
+        "AND ($2::timestamptz IS NULL OR created_at >= $2)"
+    )
+
+    # Rewinds (Batch.rewind), in the general commit's transaction. $1 session_id, $2 the
+    # rewind number, $3 the key to hide after.
+    hide: str = """
+    WITH moved AS (
+        DELETE FROM {items} WHERE session_id = $1 AND seq > $3 RETURNING session_id, seq, batch_id, data
+    ), kept AS (
+        INSERT INTO {hidden} (session_id, seq, batch_id, data, rewind_no)
+        SELECT session_id, seq, batch_id, data, $2 FROM moved
+    ), t AS (
+        UPDATE {turns} SET hidden_by = $2
+        WHERE session_id = $1 AND first_seq > $3 AND hidden_by IS NULL
+    )
+    UPDATE {sessions} SET item_count = item_count - (SELECT count(*) FROM moved)
+    WHERE session_id = $1
+    """
+
+    unhide: str = """
+    WITH moved AS (
+        DELETE FROM {hidden} WHERE session_id = $1 AND rewind_no = $2
+        RETURNING session_id, seq, batch_id, data
+    ), back AS (
+        INSERT INTO {items} (session_id, seq, batch_id, data)
+        SELECT session_id, seq, batch_id, data FROM moved
+    ), t AS (
+        UPDATE {turns} SET hidden_by = NULL WHERE session_id = $1 AND hidden_by = $2
+    )
+    UPDATE {sessions} SET item_count = item_count + (SELECT count(*) FROM moved)
+    WHERE session_id = $1
+    """
+
+    # $1 session_id, $2 batch_id, $3 reasons text[], $4 data text[]; the session row is
+    # locked by the committing transaction, so max(seq) is stable.
+    quarantine: str = (
+        "INSERT INTO {quarantine} (session_id, seq, batch_id, reason, data, created_at) "
+        "SELECT $1, (SELECT coalesce(max(seq), 0) FROM {quarantine} WHERE session_id = $1) + u.ord,"
+        " $2, u.reason, u.data, now() "
+        "FROM unnest($3::text[], $4::text[]) WITH ORDINALITY AS u(reason, data, ord)"
+    )
+
+    quarantine_load: str = (
+        "SELECT seq, batch_id, reason, data, created_at FROM {quarantine} "
+        "WHERE session_id = $1 ORDER BY seq"
+    )
+
+    tags_delete: str = "DELETE FROM {session_tags} WHERE session_id = $1"
+
+    tags_insert: str = (
+        "INSERT INTO {session_tags} (tag, session_id, user_id) SELECT u.t, s.session_id, s.user_id "
+        "FROM {sessions} AS s CROSS JOIN unnest($2::text[]) AS u(t) WHERE s.session_id = $1"
+    )
+
+    tags_user: str = "UPDATE {session_tags} SET user_id = $2 WHERE session_id = $1"
+
+    # The stored rows (all, or the latest $2), the session's version and life, in one snapshot.
+    load_versioned: str = """
+    SELECT coalesce(v.version, 0), v.incarnation, r.seq, r.data
+    FROM (SELECT 1) AS one
+    LEFT JOIN {sessions} v ON v.session_id = $1
+    LEFT JOIN LATERAL (
+        SELECT seq, data FROM {items} WHERE session_id = $1 ORDER BY seq DESC LIMIT $2
+    ) r ON true
+    ORDER BY r.seq
+    """
+
+    # The TTL clamped as _catalogue.ttl_in_force() does (least/greatest skip NULLs, hence
+    # the IS NOT NULL): a value stored by an older version or by hand never keeps a session
+    # forever nor takes the query out of the timestamp range.
+    expired: str = (
+        f"SELECT {_INFO_COLUMNS} FROM {{sessions}} WHERE session_id > $1 "
+        "AND coalesce(ttl, $2) IS NOT NULL AND updated_at + make_interval(secs => "
+        f"least(greatest(coalesce(ttl, $2), 0), {MAX_TTL.total_seconds():.0f})) < $3 "
+        "ORDER BY session_id LIMIT $4"
+    )
+
+    delete_lock_many: str = (
+        "SELECT session_id, updated_at, ttl FROM {sessions} WHERE session_id = ANY($1::text[]) "
+        "ORDER BY session_id FOR UPDATE"
+    )
+
+    delete_lock_user: str = (
+        "SELECT session_id, updated_at, ttl FROM {sessions} WHERE user_id = $1 "
+        "ORDER BY session_id FOR UPDATE"
+    )
+    # Migrations (PostgresBackend.migrate): the table of applied versions.
+    version_table: str = (
+        "CREATE TABLE IF NOT EXISTS {version} ("
+        " version integer PRIMARY KEY,"
+        " applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    versions: str = "SELECT version FROM {version}"
+    version_insert: str = "INSERT INTO {version} (version) VALUES ($1)"
+
+    def for_names(self, names: _Names) -> Statements:
+        """These statements on the tables of ``names``."""
+        return replace(self, **{f.name: names.sql(getattr(self, f.name)) for f in fields(self)})
+
+
+#: The templates, placeholders unfilled.
+STATEMENTS = Statements()
+
+
+def _turn_args(batch: Batch) -> tuple[Any, ...]:
+    """The turn-record parameters of the append and batch statements."""
+    turn = batch.turn
+    if turn is None:
+        return (False, None, None, None, None, None, None, None)
+    counts = (None,) * 5 if turn.usage is None else turn.usage.values()
+    return (True, turn.run_id, turn.created_at, *counts)
