@@ -22,8 +22,6 @@ from ._marks import WriteMarks
 from ._options import (
     SESSION_KEYWORDS,
     STORE_KEYWORDS,
-    SessionKeywords,
-    StoreKeywords,
     check_keywords,
     session_options,
     store_options,
@@ -47,6 +45,8 @@ from .errors import SessionError, StoreClosedError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ._options import SessionKeywords, StoreKeywords
 
 __all__ = ["Store"]
 

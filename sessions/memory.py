@@ -37,18 +37,14 @@ from ._backend import (
 )
 from ._catalogue import decode_metadata, expired, stored_ttl
 from ._decide import Plan, Snapshot, decide, key_limit
-from ._options import (
-    STORE_KEYWORDS,
-    SessionKeywords,
-    StoreKeywords,
-    check_keywords,
-    session_keywords,
-)
+from ._options import STORE_KEYWORDS, check_keywords, session_keywords
 from ._session import BufferedSession
 from ._store import Store
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ._options import SessionKeywords, StoreKeywords
 
 __all__ = ["MemoryBackend", "MemorySession", "MemoryStore"]
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._adapter import READ_CONTEXT, InnerBackend, InnerSession, InnerSessionWriteError
-from ._options import SessionKeywords, session_keywords
+from ._options import session_keywords
 from ._policy import Integrity, RetryPolicy
 from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
 from ._session import BufferedSession
@@ -39,6 +39,8 @@ from .errors import CommitError, SessionError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from ._options import SessionKeywords
 
 __all__ = ["InnerSession", "InnerSessionWriteError", "TransactionalSession"]
 

@@ -15,7 +15,7 @@ from .._backend import Backend
 from .._commit import interrupted_error
 from .._locks import CrossLoopLock
 from .._marks import Held
-from .._options import SESSION_KEYWORDS, SessionKeywords, check_keywords, session_options
+from .._options import SESSION_KEYWORDS, check_keywords, session_options
 from .._owned import OwnedStores
 from .._policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity
 from .._resource import AsyncResource
@@ -28,6 +28,7 @@ from ..errors import SessionClosedError, SessionError, StoreClosedError, Uncommi
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from .._options import SessionKeywords
     from .._store import Store
 
 __all__ = ["ACTIVE_TX", "SessionCore", "Tx"]

@@ -11,8 +11,6 @@ import asyncpg  # type: ignore[import-untyped]
 
 from .._options import (
     STORE_KEYWORDS,
-    SessionKeywords,
-    StoreKeywords,
     StoreOptions,
     check_keywords,
     merge_options,
@@ -28,6 +26,8 @@ from .sql import _validate_names
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from .._options import SessionKeywords, StoreKeywords
 
 __all__ = ["PostgresSession", "PostgresStore"]
 

@@ -5,14 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .._options import (
-    STORE_KEYWORDS,
-    SessionKeywords,
-    StoreKeywords,
-    check_keywords,
-    session_keywords,
-    store_options,
-)
+from .._options import STORE_KEYWORDS, check_keywords, session_keywords, store_options
 from .._session import BufferedSession
 from .._store import Store
 from .._validate import validate_seconds
@@ -23,6 +16,8 @@ from .connection import validate_synchronous as _validate_synchronous
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
+
+    from .._options import SessionKeywords, StoreKeywords
 
 __all__ = ["SQLiteSession", "SQLiteStore"]
 
