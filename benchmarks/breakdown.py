@@ -285,7 +285,7 @@ async def _pg_steps(
 def _our_steps(store: Any, name: str) -> dict[str, Step]:
     """Our store three ways: its backend's ``apply`` of a prepared batch (no core), a
     session with ``integrity="off"``, and a session with the default."""
-    from sessions._backend import Batch, TurnRecord
+    from sessions._model.backend import Batch, TurnRecord
 
     backend = store.backend
     session = store.session("b")

@@ -3,7 +3,7 @@
 ``python -m benchmarks.doctor [--sessions N] [--rounds R] [--out FILE]`` writes a store
 with bulk SQL through the backend's own schema (a 4-item tool-call turn per session;
 every 100th session also holds an orphan tool output), then times, in this process:
-the scan (:func:`sessions._doctor.check_store`, best and median of ``rounds``), the
+the scan (:func:`sessions._tools.doctor.check_store`, best and median of ``rounds``), the
 repair (once: it moves 1% of the sessions' orphans into their quarantine) and the scan
 of the repaired store; and ``python -m sessions doctor --json`` as a child process
 (wall time, interpreter start included). Figures go to
@@ -67,7 +67,7 @@ async def build(path: str, sessions: int) -> int:
 
 async def _scan(url: str, repair: bool = False) -> tuple[float, int]:
     from sessions import open_store
-    from sessions._doctor import check_store
+    from sessions._tools.doctor import check_store
 
     store = await open_store(url, create=False)
     try:

@@ -11,7 +11,10 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from . import errors
-from ._backend import (
+from ._engine.branching import Branch
+from ._engine.session import BufferedSession, RunStateRecord
+from ._engine.store import Store
+from ._model.backend import (
     AdminBackend,
     Backend,
     Batch,
@@ -21,18 +24,15 @@ from ._backend import (
     SessionInfo,
     TurnUsage,
 )
-from ._branching import Branch
-from ._options import StoreOptions
-from ._policy import RetryPolicy
-from ._session import BufferedSession, RunStateRecord
-from ._staging import PendingChanges
-from ._store import Store
-from ._turns import Turn
+from ._model.options import StoreOptions
+from ._model.policy import RetryPolicy
+from ._model.staging import PendingChanges
+from ._model.turns import Turn
 from .memory import MemoryBackend, MemorySession, MemoryStore
 from .sqlite import SQLiteSession, SQLiteStore
 
 if TYPE_CHECKING:
-    from ._url import open_store
+    from ._tools.url import open_store
     from .postgres import PostgresSession, PostgresStore
     from .wrapper import TransactionalSession
 
@@ -72,7 +72,7 @@ _LAZY = {
     "PostgresSession": (".postgres", "postgres"),
     "PostgresStore": (".postgres", "postgres"),
     "TransactionalSession": (".wrapper", None),
-    "open_store": ("._url", None),
+    "open_store": ("._tools.url", None),
 }
 
 

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ._backend import Batch, Row
-from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
-from ._serde import decode_item, encode_item
+from ._engine.sdk import atomic_replace_hook, call_session_method, snapshot_hook
+from ._model.backend import Batch, Row
+from ._model.serde import decode_item, encode_item
 from .errors import ConflictError, InvalidItemError, SessionError, StorageError
 
 __all__ = ["READ_CONTEXT", "InnerBackend", "InnerSession", "InnerSessionWriteError"]

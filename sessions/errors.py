@@ -52,7 +52,7 @@ class InvalidHistoryError(SessionError):
     """A commit would store history the Responses API refuses (``integrity="reject"``).
 
     ``defects`` are the broken rules found in what the commit adds
-    (:class:`sessions._history.Defect`: position, rule, call id, a message naming item
+    (:class:`sessions._model.history.Defect`: position, rule, call id, a message naming item
     types and call ids, never item text). Nothing was applied; the changes are still
     staged, to fix (``pop_item``) or ``rollback()`` (when raised at the end of a
     ``transaction()`` block, the block has rolled them back already).

@@ -8,7 +8,7 @@ with). Nothing is written anywhere: the history lives as long as the
 
 ``apply`` builds the new state of a session on copies and swaps it in only when every
 batch went through, so a failing batch leaves nothing behind; each batch is judged by the
-core's :func:`sessions._decide.decide`, like every backend's, from a snapshot of the
+core's :func:`sessions._model.decide.decide`, like every backend's, from a snapshot of the
 copies (batch ids are remembered per session, so a retried batch is skipped). Each call yields to the event loop once, as
 a real driver would, so code under test meets the same interleavings; the state itself
 changes without suspending, so no cancellation can tear it. One event loop at a time:
@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from ._backend import (
+from ._engine.session import BufferedSession
+from ._engine.store import Store
+from ._model.backend import (
     Batch,
     BranchRow,
     InfoChange,
@@ -35,16 +37,14 @@ from ._backend import (
     TurnRow,
     TurnUsage,
 )
-from ._catalogue import decode_metadata, expired, stored_ttl
-from ._decide import Plan, Snapshot, decide, key_limit
-from ._options import STORE_KEYWORDS, check_keywords, session_keywords
-from ._session import BufferedSession
-from ._store import Store
+from ._model.catalogue import decode_metadata, expired, stored_ttl
+from ._model.decide import Plan, Snapshot, decide, key_limit
+from ._model.options import STORE_KEYWORDS, check_keywords, session_keywords
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._options import SessionKeywords, StoreKeywords
+    from ._model.options import SessionKeywords, StoreKeywords
 
 __all__ = ["MemoryBackend", "MemorySession", "MemoryStore"]
 
@@ -108,7 +108,7 @@ class _Hidden:
 
 
 def _snapshot(state: _State, batch: Batch, life: str | None) -> Snapshot:
-    """What :func:`~sessions._decide.decide` needs of the (copied) state for ``batch``."""
+    """What :func:`~sessions._model.decide.decide` needs of the (copied) state for ``batch``."""
     rows, hidden, limit = state.rows, state.hidden, key_limit(batch)
     newest = max((n for n, _ in hidden.rows.values()), default=None)
     first_hidden = min((k for k, (n, _) in hidden.rows.items() if n == newest), default=0)
@@ -206,7 +206,7 @@ def _applied(
 
 
 def _write(state: _State, batch: Batch, plan: Plan, now: datetime) -> None:
-    """Write ``batch`` as :func:`~sessions._decide.decide` planned it."""
+    """Write ``batch`` as :func:`~sessions._model.decide.decide` planned it."""
     state.version = plan.version
     if batch.info is not None:
         state.catalogue = _catalogue_after(state.catalogue, batch.info)
@@ -484,7 +484,7 @@ class MemoryStore(Store["MemorySession"]):
         cls, backend: MemoryBackend | None = None, **keywords: Unpack[StoreKeywords]
     ) -> MemoryStore:
         """A store over ``backend`` (a new, empty one when ``None``); the settings
-        (:class:`~sessions._options.StoreKeywords`) as :class:`~sessions.Store` takes them."""
+        (:class:`~sessions._model.options.StoreKeywords`) as :class:`~sessions.Store` takes them."""
         check_keywords(keywords, STORE_KEYWORDS, "MemoryStore.open")
         shared = MemoryBackend() if backend is None else backend
         return cls(shared, **keywords)

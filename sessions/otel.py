@@ -34,7 +34,7 @@ from typing import Any
 
 from opentelemetry import context, metrics, trace
 
-from ._observe import HOOK, Operation, install
+from ._engine.observe import HOOK, Operation, install
 
 __all__ = ["Instrumentation", "instrument"]
 
@@ -50,7 +50,7 @@ def _version() -> str:
 
 
 class _Observer:
-    """The :class:`~sessions._observe.Observer` that reports to OpenTelemetry."""
+    """The :class:`~sessions._engine.observe.Observer` that reports to OpenTelemetry."""
 
     def __init__(self, meter: metrics.Meter, tracer: trace.Tracer) -> None:
         self._tracer = tracer

@@ -14,7 +14,7 @@ session as there are operations in it, so a *failure* of the wrapped session in 
 middle of a commit can leave part of it applied (the error then says so).
 
 Where the wrapped session offers the SDK's own one-step replacement hooks (see
-:mod:`sessions._sdk`; the SDK's ``SQLiteSession`` does from openai-agents 0.23), a commit
+:mod:`sessions._engine.sdk`; the SDK's ``SQLiteSession`` does from openai-agents 0.23), a commit
 that pops and adds, or clears and adds, is applied through them: one step, atomic.
 
 The run context the SDK passes (``wrapper=``) is handed on to a wrapped session whose
@@ -30,17 +30,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._adapter import READ_CONTEXT, InnerBackend, InnerSession, InnerSessionWriteError
-from ._options import session_keywords
-from ._policy import Integrity, RetryPolicy
-from ._sdk import atomic_replace_hook, call_session_method, snapshot_hook
-from ._session import BufferedSession
-from ._store import Store
+from ._engine.sdk import atomic_replace_hook, call_session_method, snapshot_hook
+from ._engine.session import BufferedSession
+from ._engine.store import Store
+from ._model.options import session_keywords
+from ._model.policy import Integrity, RetryPolicy
 from .errors import CommitError, SessionError
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ._options import SessionKeywords
+    from ._model.options import SessionKeywords
 
 __all__ = ["InnerSession", "InnerSessionWriteError", "TransactionalSession"]
 

@@ -63,7 +63,7 @@ def _present(feature: str) -> bool | None:
 
         return hasattr(agents.memory.session, "_session_accepts_wrapper")
     if feature == "compaction_snapshot":
-        from sessions._sdk import make_compaction_snapshot
+        from sessions._engine.sdk import make_compaction_snapshot
 
         async def replace(start: int, output: list[Any]) -> bool:
             return False

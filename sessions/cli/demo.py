@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .._redact import redact
+from .._model.redact import redact
 from .options import ENV_URL, given_db
 from .render import UsageError, fail, run_sync
 
@@ -35,7 +35,7 @@ def demo_cmd(
     """
     path = demo_path(given_db(ctx, db))
     try:
-        from .._demo import run_demo
+        from .._tools.demo import run_demo
     except ImportError as exc:
         fail(
             "the demo needs an openai-agents release with agents.testing.ScriptedModel "
@@ -48,7 +48,7 @@ def demo_path(value: str | None) -> str | None:
     """The SQLite file ``--db`` names (a plain path, or a ``sqlite:///`` URL)."""
     if value is None or "://" not in value:
         return value
-    from .._url import parse_url
+    from .._tools.url import parse_url
 
     try:
         parsed = parse_url(value)

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import typer
 
-from .._redact import redact
+from .._model.redact import redact
 from .options import Db, database_url, opened
 from .render import (
     JsonObjectStream,
@@ -28,7 +28,7 @@ from .render import (
 )
 
 if TYPE_CHECKING:
-    from .._doctor import Problem, SessionCheck
+    from .._tools.doctor import Problem, SessionCheck
 
 __all__ = ["doctor_cmd"]
 
@@ -141,7 +141,7 @@ async def _is_sdk_database(url: str) -> bool:
         return True
     if scheme != "sqlite":
         return False
-    from .._url import parse_url
+    from .._tools.url import parse_url
 
     path = parse_url(url).target
     if path == ":memory:" or not await asyncio.to_thread(os.path.isfile, path):
@@ -164,9 +164,9 @@ def _sqlite_tables(path: str) -> set[str]:
 
 
 async def _doctor_store(url: str, session_id: str | None, repair: bool, report: "_Report") -> int:
-    from .._doctor import check_store
-    from .._url import parse_url
-    from .._validate import validate_session_id
+    from .._model.validate import validate_session_id
+    from .._tools.doctor import check_store
+    from .._tools.url import parse_url
     from ..errors import InvalidSessionIdError
 
     async with opened(url) as store:
@@ -184,8 +184,8 @@ async def _doctor_store(url: str, session_id: str | None, repair: bool, report: 
 async def _doctor_sdk(
     url: str, session_id: str | None, tables: _SdkTables, report: "_Report"
 ) -> int:
-    from .._doctor import check_source
-    from .._sources import open_source
+    from .._tools.doctor import check_source
+    from .._tools.sources import open_source
 
     source = await open_source(
         url,

@@ -12,10 +12,10 @@ from typing import Annotated, Any
 
 import typer
 
-from .._backend import AdminBackend, SessionInfo
-from .._store import Store
-from .._transfer import admin_backend
-from .._validate import MAX_INT64
+from .._engine.store import Store
+from .._model.backend import AdminBackend, SessionInfo
+from .._model.validate import MAX_INT64
+from .._tools.transfer import admin_backend
 from .options import Db, Json, SessionId, database_url, opened
 from .render import (
     Column,
@@ -432,7 +432,7 @@ def _utc(moment: datetime) -> datetime:
 
 
 async def _stats(url: str, as_json: bool) -> None:
-    from .._url import parse_url
+    from .._tools.url import parse_url
 
     parsed = parse_url(url)
     async with opened(url) as store:

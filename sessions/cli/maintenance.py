@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .._store import Store
-from .._validate import MAX_DURATION
+from .._engine.store import Store
+from .._model.validate import MAX_DURATION
 from .options import ENV_URL, Db, SessionId, Yes, database_url, opened
 from .render import Column, UsageError, confirm, fail, plural, progress, run_async, say, table, when
 
@@ -97,7 +97,7 @@ def parse_duration(
     text: str, option: str = "--older-than", command: str = "sessions purge"
 ) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` or combinations such as ``1d12h``, at
-    most 100 years (:data:`sessions._validate.MAX_DURATION`); else a usage error naming
+    most 100 years (:data:`sessions._model.validate.MAX_DURATION`); else a usage error naming
     ``option``."""
     compact = text.strip().lower().replace(" ", "")
     if not compact or _DURATION_PART.sub("", compact):
@@ -251,8 +251,8 @@ async def _migrate(
     messages_table: str,
     source_schema: str | None,
 ) -> int:
-    from .._migrate import migrate, open_source
-    from .._url import parse_url
+    from .._tools.migrate import migrate, open_source
+    from .._tools.url import parse_url
 
     parse_url(target_url)  # a bad target URL fails before the source is touched
     source = await open_source(

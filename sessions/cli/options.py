@@ -11,8 +11,8 @@ from typing import Annotated, Any
 
 import typer
 
-from .._redact import redact
-from .._store import Store
+from .._engine.store import Store
+from .._model.redact import redact
 from .render import UsageError
 
 __all__ = [
@@ -84,7 +84,7 @@ async def opened(url: str, *, create: bool = False) -> AsyncIterator[Store[Any]]
 
     ``create=False`` (commands that only read or delete) creates nothing.
     """
-    from .._url import open_store, parse_url
+    from .._tools.url import open_store, parse_url
 
     options: dict[str, Any] = {}
     if parse_url(url).kind == "postgres":

@@ -12,7 +12,7 @@
   ``\\uXXXX`` escapes; a stored row that is not a JSON object becomes an error object
   ``{"error": "corrupt row", "key": ..., "reason": ..., "raw": ...}``.
 * Every failure becomes ONE line on stderr, ``error: ...``, with passwords masked
-  (:func:`sessions._redact.redact`), and an exit status: 1 for an operation that
+  (:func:`sessions._model.redact.redact`), and an exit status: 1 for an operation that
   failed, 2 for a usage error, 130 when interrupted, 141 when the reader of standard
   output went away.
 
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-from .._redact import redact
+from .._model.redact import redact
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .._transfer import IMPORT_MODES, export_sessions, import_sessions, plan_export
+from .._tools.transfer import IMPORT_MODES, export_sessions, import_sessions, plan_export
 from .options import Db, database_url, opened
 from .render import UsageError, fail, json_stdout, plural, progress, run_async, say, warn
 

@@ -8,9 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from .._backend import TurnUsage
-from .._turns import Turn
-from .._validate import MAX_INT64
+from .._model.backend import TurnUsage
+from .._model.turns import Turn
+from .._model.validate import MAX_INT64
 from .maintenance import parse_duration
 from .options import Db, Json, SessionId, database_url, opened
 from .render import (

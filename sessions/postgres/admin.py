@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .._backend import QuarantineEntry, Row, SessionFilter, SessionInfo
-from .._catalogue import decode_metadata, expired, stored_ttl
+from .._model.backend import QuarantineEntry, Row, SessionFilter, SessionInfo
+from .._model.catalogue import decode_metadata, expired, stored_ttl
 from .connect import Connections
 from .faults import _Phase
 from .sql import _INFO_COLUMNS, SESSION_TABLES

@@ -2,7 +2,7 @@
 trip per common commit.
 
 The backend only loads rows and applies batches; staging, retries and outcome
-resolution live in the core (:mod:`sessions._commit`, :mod:`sessions._session`).
+resolution live in the core (:mod:`sessions._engine.commit`, :mod:`sessions._engine.session`).
 
 * A batch of items only (the common turn) is ONE statement: data-modifying CTEs record
   the batch id (``ON CONFLICT DO NOTHING``), bump the session row (which locks it and
@@ -26,10 +26,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .._backend import Batch, BranchRow, InfoChange, Row, TurnRow, TurnUsage
-from .._catalogue import check_life
-from .._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
-from .._group import Entry
+from .._engine.group import Entry
+from .._model.backend import Batch, BranchRow, InfoChange, Row, TurnRow, TurnUsage
+from .._model.catalogue import check_life
+from .._model.decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from ..errors import StoreClosedError
 from .admin import AdminPart
 from .faults import _Phase
@@ -122,7 +122,7 @@ class PostgresBackend(GroupPart, AdminPart, SchemaPart):
     async def _snapshot(
         self, conn: Any, session_id: str, batch: Batch, life: str | None
     ) -> Snapshot:
-        """What :func:`~sessions._decide.decide` needs for ``batch``, read in this
+        """What :func:`~sessions._model.decide.decide` needs for ``batch``, read in this
         transaction (which holds the session row lock; ``life``: the session's life the
         lock found, ``None`` if it made the row)."""
         row = await conn.fetchrow(

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import asyncpg  # type: ignore[import-untyped]
 
-from .._observe import HOOK
-from .._redact import redact
-from .._validate import validate_positive_int
+from .._engine.observe import HOOK
+from .._model.redact import redact
+from .._model.validate import validate_positive_int
 from ..errors import StorageError, StoreClosedError, TransientStorageError
 from .faults import _classify, _Phase
 from .sql import STATEMENTS, _Names, _validate_names

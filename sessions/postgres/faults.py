@@ -8,7 +8,7 @@ import asyncio
 
 import asyncpg  # type: ignore[import-untyped]
 
-from .._catalogue import deleted_message
+from .._model.catalogue import deleted_message
 from ..errors import DeletedConflictError, StorageError, TransientStorageError
 
 #: SQLSTATE of the append statement's refusal of a batch for a life that is over.

@@ -1,5 +1,5 @@
 """The PostgreSQL backend's part of group commit (the scheduler itself:
-:mod:`sessions._group`).
+:mod:`sessions._engine.group`).
 
 Appends of many sessions that arrive while others are in flight are sent together: the
 append statement once per batch, pipelined in one round trip, one implicit transaction,
@@ -16,9 +16,9 @@ from typing import Any
 
 import asyncpg  # type: ignore[import-untyped]
 
-from .._group import Bounds, Entry, GroupCommitStats, Outcome, Scheduler, outcomes_of_async
-from .._observe import HOOK
-from .._shield import Firm
+from .._engine.group import Bounds, Entry, GroupCommitStats, Outcome, Scheduler, outcomes_of_async
+from .._engine.observe import HOOK
+from .._engine.shield import Firm
 from .connect import Connections
 from .faults import _RETRY_STATES, _classify, _is_connection_loss, _Phase
 from .sql import _turn_args
@@ -47,7 +47,7 @@ _BOUNDS = Bounds(commits=_GROUP_MAX_COMMITS, items=_GROUP_MAX_ITEMS, split_min=_
 
 class _Grouper(Scheduler):
     """Append-only commits waiting to share one statement (group commit,
-    :mod:`sessions._group`).
+    :mod:`sessions._engine.group`).
 
     At most ``limit`` sends are in flight at once. A commit that finds a send free and
     nobody waiting goes at once, alone, in its caller's task: a lone commit costs what

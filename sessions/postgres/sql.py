@@ -12,9 +12,9 @@ import hashlib
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .._backend import Batch
-from .._catalogue import MAX_TTL
-from .._validate import validate_identifier
+from .._model.backend import Batch
+from .._model.catalogue import MAX_TTL
+from .._model.validate import validate_identifier
 
 __all__ = [
     "MIGRATIONS",
@@ -367,7 +367,7 @@ class Statements:
         "UPDATE {sessions} SET created_at = $2, updated_at = $3 WHERE session_id = $1"
     )
 
-    # What the core decides a conditional batch by (sessions._decide.Snapshot), read in the
+    # What the core decides a conditional batch by (sessions._model.decide.Snapshot), read in the
     # general commit's transaction before the batch statement. $1 session_id, $2 batch_id,
     # $3 pops bigint[], $4 tail (NULL: none), $5 how many keys to read, $6 an undo, $7 a run
     # state, $8 a fork. Items hidden by a rewind: the newest rewind number first.

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg  # type: ignore[import-untyped]
 
-from .._options import (
+from .._engine.session import BufferedSession
+from .._engine.store import Store
+from .._model.options import (
     STORE_KEYWORDS,
     StoreOptions,
     check_keywords,
@@ -17,9 +19,7 @@ from .._options import (
     session_keywords,
     store_options,
 )
-from .._policy import Integrity, RetryPolicy
-from .._session import BufferedSession
-from .._store import Store
+from .._model.policy import Integrity, RetryPolicy
 from .backend import PostgresBackend
 from .connect import _create_pool, _pool_options, _validate_pool_size
 from .sql import _validate_names
@@ -27,7 +27,7 @@ from .sql import _validate_names
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from .._options import SessionKeywords, StoreKeywords
+    from .._model.options import SessionKeywords, StoreKeywords
 
 __all__ = ["PostgresSession", "PostgresStore"]
 
@@ -122,7 +122,7 @@ class PostgresStore(Store["PostgresSession"]):
         """A store on an existing ``asyncpg.Pool`` that the caller keeps owning.
 
         :meth:`close` waits for this store's operations, then leaves the pool open. The
-        settings (:class:`~sessions._options.StoreKeywords`) are those of :meth:`open`.
+        settings (:class:`~sessions._model.options.StoreKeywords`) are those of :meth:`open`.
         """
         check_keywords(keywords, STORE_KEYWORDS, "PostgresStore.from_pool")
         if not isinstance(pool, asyncpg.Pool):

@@ -15,7 +15,9 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from .._backend import (
+from .._engine.group import Entry, Outcome
+from .._engine.shield import Firm
+from .._model.backend import (
     Batch,
     BranchRow,
     QuarantineEntry,
@@ -25,10 +27,8 @@ from .._backend import (
     TurnRow,
     TurnUsage,
 )
-from .._catalogue import MAX_TTL
-from .._group import Entry, Outcome
-from .._shield import Firm
-from .._validate import validate_seconds
+from .._model.catalogue import MAX_TTL
+from .._model.validate import validate_seconds
 from ..errors import StorageError, StoreClosedError
 from .connection import Synchronous, setup, validate_path, validate_synchronous
 from .deletes import delete_sessions, delete_user_sessions, prune_records

@@ -1,6 +1,6 @@
 """A commit's transaction: batches applied as the core decides.
 
-A batch with conditions is judged by :func:`sessions._decide.decide` from a snapshot
+A batch with conditions is judged by :func:`sessions._model.decide.decide` from a snapshot
 read in the transaction, and its plan written here; a plain batch takes the fast path
 (one upsert, its life judged from what the upsert returns).
 """
@@ -13,9 +13,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from .._backend import Batch, InfoChange
-from .._catalogue import check_life
-from .._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
+from .._model.backend import Batch, InfoChange
+from .._model.catalogue import check_life
+from .._model.decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from .connection import writing
 from .sql import (
     SQL_APPLIED_ONE,
@@ -52,7 +52,7 @@ def apply_batches(
 ) -> None:
     """Apply ``batches`` inside the caller's transaction (or savepoint): a batch with
     conditions as the core decides from what this transaction reads before writing it
-    (:mod:`sessions._decide`); a plain one on the fast path, its life judged from what
+    (:mod:`sessions._model.decide`); a plain one on the fast path, its life judged from what
     its own upsert returns (a row it created has a new one)."""
     for batch in batches:
         plan = None
@@ -97,7 +97,7 @@ def apply_batches(
 
 
 def _snapshot(conn: sqlite3.Connection, session_id: str, batch: Batch) -> Snapshot:
-    """What :func:`~sessions._decide.decide` needs for ``batch``, read in this transaction."""
+    """What :func:`~sessions._model.decide.decide` needs for ``batch``, read in this transaction."""
     row = conn.execute(SQL_SESSION_FACTS, (session_id,)).fetchone()
     limit = key_limit(batch)
 

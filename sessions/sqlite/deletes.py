@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
-from .._catalogue import ttl_in_force
+from .._model.catalogue import ttl_in_force
 from .connection import writing
 from .sql import SESSION_TABLES
 

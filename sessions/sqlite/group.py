@@ -1,5 +1,5 @@
 """SQLite's part of group commit: the job that takes the commits waiting to the worker
-thread and applies them in one transaction (the scheduler itself: :mod:`sessions._group`)."""
+thread and applies them in one transaction (the scheduler itself: :mod:`sessions._engine.group`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .._backend import Batch
-from .._group import Entry, Outcome, Scheduler, outcomes_of
-from .._observe import HOOK
+from .._engine.group import Entry, Outcome, Scheduler, outcomes_of
+from .._engine.observe import HOOK
+from .._model.backend import Batch
 from .commit import apply_batches, apply_transaction
 from .connection import writing
 from .worker import call_in_loop
@@ -20,7 +20,7 @@ __all__ = ["Group", "apply_group"]
 
 
 class Group:
-    """SQLite's part of group commit (:mod:`sessions._group` says why it is not shared):
+    """SQLite's part of group commit (:mod:`sessions._engine.group` says why it is not shared):
     the job that takes the commits waiting to the worker thread.
 
     The first commit to arrive while no such job is queued queues one; commits

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .._backend import Row, SessionFilter, SessionInfo, TurnRow, TurnUsage
-from .._catalogue import decode_metadata, decode_tags, stored_ttl
+from .._model.backend import Row, SessionFilter, SessionInfo, TurnRow, TurnUsage
+from .._model.catalogue import decode_metadata, decode_tags, stored_ttl
 from .connection import reading
 from .sql import SQL_LOAD_ALL, SQL_LOAD_KEYS, SQL_LOAD_TAIL, SQL_LOAD_TURNS, SQL_RUN_STATE_LOAD
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .._options import STORE_KEYWORDS, check_keywords, session_keywords, store_options
-from .._session import BufferedSession
-from .._store import Store
-from .._validate import validate_seconds
+from .._engine.session import BufferedSession
+from .._engine.store import Store
+from .._model.options import STORE_KEYWORDS, check_keywords, session_keywords, store_options
+from .._model.validate import validate_seconds
 from .backend import SQLiteBackend
 from .connection import Synchronous
 from .connection import validate_path as _validate_path
@@ -17,7 +17,7 @@ from .connection import validate_synchronous as _validate_synchronous
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from .._options import SessionKeywords, StoreKeywords
+    from .._model.options import SessionKeywords, StoreKeywords
 
 __all__ = ["SQLiteSession", "SQLiteStore"]
 
@@ -54,7 +54,7 @@ class SQLiteStore(Store["SQLiteSession"]):
         ``integrity``: what commits do with history the Responses API would refuse
         (``"quarantine"``, ``"reject"`` or ``"off"``; ``docs/history.md``). ``retry``: a
         :class:`~sessions.RetryPolicy`. ``None`` takes a setting's default; the four may
-        also come as ``options=StoreOptions(...)`` (:class:`~sessions._options.StoreKeywords`).
+        also come as ``options=StoreOptions(...)`` (:class:`~sessions._model.options.StoreKeywords`).
         """
         check_keywords(keywords, STORE_KEYWORDS, "SQLiteStore.open")
         db_path = _validate_path(path)

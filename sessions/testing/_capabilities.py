@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from .._backend import Backend
+from .._model.backend import Backend
 
 __all__ = [
     "BASE_CAPABILITIES",

@@ -14,7 +14,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from .._store import Store
+from .._engine.store import Store
 from ._capabilities import Capability, backend_of, is_buffered
 from ._subject import Subject, WriteHooks
 

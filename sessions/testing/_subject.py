@@ -7,9 +7,9 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .._backend import Backend, Batch
-from .._session import BufferedSession
-from .._store import Store
+from .._engine.session import BufferedSession
+from .._engine.store import Store
+from .._model.backend import Backend, Batch
 
 __all__ = ["Spawn", "Subject", "WriteHooks", "store_subject", "wrapper_subject"]
 

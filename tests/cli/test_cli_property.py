@@ -30,10 +30,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sessions import open_store
-from sessions._backend import Batch
-from sessions._commit import write_batches
-from sessions._doctor import check_rows
-from sessions._serde import encode_items
+from sessions._engine.commit import write_batches
+from sessions._model.backend import Batch
+from sessions._model.serde import encode_items
+from sessions._tools.doctor import check_rows
 from sessions.cli import main
 from sessions.cli.app import COMMANDS
 from sessions.cli.render import literal

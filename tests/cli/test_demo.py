@@ -13,11 +13,11 @@ import pytest
 
 from tests.sdk import need_sdk
 
-# The demo's scripted model is agents.testing's (sessions/_demo.py imports it).
+# The demo's scripted model is agents.testing's (sessions/_tools/demo.py imports it).
 need_sdk("agents.testing")
 
 from sessions import BufferedSession, SQLiteStore  # noqa: E402
-from sessions._demo import run_demo  # noqa: E402
+from sessions._tools.demo import run_demo  # noqa: E402
 from tests.helpers import histories  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from sessions import open_store
-from sessions._commit import write_batches
-from sessions._doctor import check_rows, check_store, repair_batch
+from sessions._engine.commit import write_batches
+from sessions._tools.doctor import check_rows, check_store, repair_batch
 from tests.conftest import PG_DSN, Target
 from tests.provision import SQLiteProvision
 
@@ -281,7 +281,7 @@ async def test_a_repair_batch_is_derived_from_what_it_removes_and_applies_once(
 async def test_a_repair_planned_before_a_concurrent_write_is_refused_and_replanned(
     store: Any, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sessions._doctor as doctor
+    import sessions._tools.doctor as doctor
 
     call = {"type": "function_call", "name": "f", "arguments": "{}", "call_id": "c1"}
     went_past = [{"role": "user", "content": "hi"}, call, {"role": "assistant", "content": "ok"}]
@@ -306,7 +306,7 @@ async def test_a_repair_planned_before_a_concurrent_write_is_refused_and_replann
 
 
 def _raw_batch(sid: str, texts: list[str]) -> Any:
-    from sessions._backend import Batch
+    from sessions._model.backend import Batch
 
     return Batch(f"raw-{uuid.uuid4().hex}", False, (), tuple(texts))
 

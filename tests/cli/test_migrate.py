@@ -18,7 +18,7 @@ import pytest
 from agents import SQLiteSession
 
 from sessions import open_store
-from sessions._migrate import migrate, open_source
+from sessions._tools.migrate import migrate, open_source
 from tests.conftest import PG_DSN, Target
 from tests.sdk import sdk_import
 

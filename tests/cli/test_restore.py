@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from sessions import Store
-from sessions._transfer import ImportFileError, export_sessions, import_sessions
+from sessions._tools.transfer import ImportFileError, export_sessions, import_sessions
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy
 from tests.helpers import msg

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from sessions import AdminBackend, Batch, CatalogueBackend, Store
-from sessions._backend import BranchBackend, RunStateBackend, TurnBackend
+from sessions._model.backend import BranchBackend, RunStateBackend, TurnBackend
 
 Hook = Callable[[], Awaitable[None]]
 

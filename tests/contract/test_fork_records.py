@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sessions import MemoryStore, Store
-from sessions._transfer import export_sessions, import_sessions
+from sessions._tools.transfer import export_sessions, import_sessions
 from tests.conftest import BACKENDS, make_target
 from tests.helpers import msg
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from sessions import MemoryStore, RetryPolicy, Store, TransactionalSession, open_store
-from sessions._history import CALL_OUTPUT, RULES
-from sessions._staging import Staging
+from sessions._model.history import CALL_OUTPUT, RULES
+from sessions._model.staging import Staging
 from sessions.errors import (
     CommitError,
     InvalidHistoryError,

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessions._history import check_history
+from sessions._model.history import check_history
 from sessions.errors import InvalidHistoryError
 from tests.conftest import BACKENDS, Target, make_target
 

@@ -22,7 +22,7 @@ import pytest
 from agents import Agent, RunConfig, Runner
 
 from sessions import Store
-from sessions._history import check_history
+from sessions._model.history import check_history
 from sessions.errors import InvalidHistoryError
 from tests.conftest import Target
 from tests.sdk import ScriptedModel, assistant_message, function_call, need_sdk

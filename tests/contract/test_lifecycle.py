@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sessions import Store
-from sessions._resource import Lifecycle
+from sessions._engine.resource import Lifecycle
 from sessions.errors import SessionClosedError, StoreClosedError, WrongEventLoopError
 from tests.conftest import Target
 from tests.contract.proxy import gate_apply, install_proxy

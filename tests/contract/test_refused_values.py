@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sessions import Store, TurnUsage
-from sessions._transfer import ImportFileError, import_sessions
+from sessions._tools.transfer import ImportFileError, import_sessions
 from tests.conftest import Target
 from tests.helpers import age, commit_one, msg
 
@@ -48,10 +48,10 @@ async def _still_commits(store: Store[Any], session_id: str) -> None:
 
 
 def test_the_package_limits_are_the_documented_ones() -> None:
-    from sessions._catalogue import MAX_METADATA_DEPTH as depth
-    from sessions._catalogue import MAX_TTL as ttl
-    from sessions._validate import MAX_DURATION as duration
-    from sessions._validate import MAX_INT64 as int64
+    from sessions._model.catalogue import MAX_METADATA_DEPTH as depth
+    from sessions._model.catalogue import MAX_TTL as ttl
+    from sessions._model.validate import MAX_DURATION as duration
+    from sessions._model.validate import MAX_INT64 as int64
 
     assert (ttl, duration, int64, depth) == (MAX_TTL, MAX_DURATION, MAX_INT64, MAX_METADATA_DEPTH)
 

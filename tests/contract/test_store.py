@@ -86,7 +86,7 @@ async def _stale(store: Store[Any], target: Target, ids: list[str]) -> None:
 async def test_purge_deletes_a_page_in_several_transactions_of_at_most_purge_sessions(
     store: Store[Any], target: Target, sid: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import sessions._store as store_module
+    import sessions._engine.store as store_module
 
     ids = [f"{sid}-{i}" for i in range(7)]
     await _stale(store, target, ids)

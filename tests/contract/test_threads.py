@@ -2,7 +2,7 @@
 
 The one-liners ``SQLiteSession(id, path)`` and ``PostgresSession(id, dsn)`` open one
 store per event loop, on first use there, and serialize their operations across loops
-with one lock (``sessions._locks.CrossLoopLock``); their staged changes are shared by
+with one lock (``sessions._engine.locks.CrossLoopLock``); their staged changes are shared by
 every thread. A ``Store`` belongs to the loop it was opened on and refuses any other at
 once, naming both. Every wait here is bounded: a thread that does not finish fails
 the test instead of hanging it.
@@ -21,7 +21,7 @@ import pytest
 from agents import Agent, RunConfig, Runner
 
 from sessions import BufferedSession, SQLiteSession
-from sessions._locks import CrossLoopLock, _Waiter
+from sessions._engine.locks import CrossLoopLock, _Waiter
 from sessions.errors import WrongEventLoopError
 from tests.conftest import Target, make_target
 from tests.helpers import msg

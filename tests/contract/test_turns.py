@@ -17,7 +17,7 @@ import pytest
 from agents import Agent, RunConfig, Runner
 
 from sessions import SQLiteStore, Store, TransactionalSession, Turn, TurnUsage
-from sessions._history import CALL_OUTPUT, check_history
+from sessions._model.history import CALL_OUTPUT, check_history
 from sessions.errors import CommitConflictError, CommitError, SessionError
 from tests.conftest import Target
 from tests.helpers import approval_agent, approve_and_resume, msg, pause_for_approval

@@ -42,7 +42,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sessions._redact import redact
+from sessions._model.redact import redact
 from tests.conftest import IN_CI, PG_DSN, require_postgres, run_outside_loop
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -94,15 +94,16 @@ def _layer_table() -> dict[str, int]:
     return layers
 
 
-def _row_of(module: str) -> str:
-    """The table's name for a module: ``sessions._x`` -> ``_x.py``, ``sessions.cli.y`` ->
-    ``cli/``, ``sessions`` -> ``__init__.py``."""
+def _row_of(module: str, layers: dict[str, int]) -> str:
+    """The table's name for a module: its file (``_model/history.py``), else the nearest
+    folder with a row (``cli/``, ``_engine/session/``); ``sessions`` -> ``__init__.py``."""
     parts = module.split(".")[1:]
     if not parts:
         return "__init__.py"
-    if len(parts) > 1 or (PACKAGE / parts[0]).is_dir():
-        return parts[0] + "/"
-    return parts[0] + ".py"
+    path = "/".join(parts)
+    candidates = [f"{path}.py", f"{path}/__init__.py"]
+    candidates += ["/".join(parts[:n]) + "/" for n in range(len(parts), 0, -1)]
+    return next((name for name in candidates if name in layers), candidates[0])
 
 
 def layer_violations(graph: dict[str, set[str]], layers: dict[str, int]) -> list[str]:
@@ -110,12 +111,12 @@ def layer_violations(graph: dict[str, set[str]], layers: dict[str, int]) -> list
     modules with no row in the table."""
     found: list[str] = []
     for module in sorted(graph):
-        row = _row_of(module)
+        row = _row_of(module, layers)
         if row not in layers:
             found.append(f"{module}: no row in docs/architecture.md")
             continue
         for target in sorted(graph[module]):
-            there = _row_of(target)
+            there = _row_of(target, layers)
             if there != row and layers.get(there, -1) > layers[row]:
                 found.append(
                     f"{module} (layer {layers[row]}) imports {target} (layer {layers[there]})"
@@ -130,10 +131,10 @@ def test_every_import_goes_to_the_same_layer_or_one_above_as_architecture_md_say
 
 
 def test_the_layer_check_finds_a_planted_upward_import_and_a_module_without_a_row() -> None:
-    graph = {"sessions._backend": {"sessions._session"}, "sessions._new": set()}
-    layers = {"_backend.py": 0, "_session/": 4}
+    graph = {"sessions._model.backend": {"sessions._engine.session"}, "sessions._new": set()}
+    layers = {"_model/backend.py": 0, "_engine/session/": 4}
     assert layer_violations(graph, layers) == [
-        "sessions._backend (layer 0) imports sessions._session (layer 4)",
+        "sessions._model.backend (layer 0) imports sessions._engine.session (layer 4)",
         "sessions._new: no row in docs/architecture.md",
     ]
 
@@ -161,7 +162,7 @@ def test_nothing_outside_the_commit_path_calls_backend_apply() -> None:
                 and id(node) not in delegations
             ):
                 callers.append(f"{name}:{node.lineno}")
-    assert callers and all(c.startswith("sessions._commit:") for c in callers), callers
+    assert callers and all(c.startswith("sessions._engine.commit:") for c in callers), callers
 
 
 def test_no_function_in_sessions_is_longer_than_60_lines() -> None:
@@ -218,4 +219,55 @@ def test_the_size_check_finds_a_planted_long_module_and_a_planted_wide_class() -
     assert oversized({"a": wide, "b": narrow, "c": long, "d": "x = 1\n" * 600}) == [
         "a.Wide: 31 methods",
         "c: 601 lines",
+    ]
+
+
+ARCH_FOLDERS = re.compile(r"\| (`[^|]+`) \| (\d+)(?:–(\d+))? \| ")
+
+
+def _folder_table() -> list[tuple[list[str], int, int]]:
+    """docs/architecture.md's folder table: (names, lowest layer, highest layer), in order."""
+    folders: list[tuple[list[str], int, int]] = []
+    for line in ARCHITECTURE.read_text(encoding="utf-8").splitlines():
+        row = ARCH_FOLDERS.match(line)
+        if row:
+            low = int(row.group(2))
+            high = int(row.group(3) or low)
+            folders.append((re.findall(r"`([^`]+)`", row.group(1)), low, high))
+    return folders
+
+
+def folder_violations(
+    layers: dict[str, int], folders: list[tuple[list[str], int, int]]
+) -> list[str]:
+    """Rows whose layer lies outside their folder's range, and folders whose range starts
+    below the end of the one listed before (the folders are the layers, in order)."""
+    found: list[str] = []
+    ranges: dict[str, tuple[int, int]] = {}
+    previous_high = -1
+    for names, low, high in folders:
+        if low < previous_high:
+            found.append(f"{', '.join(names)}: layers {low}-{high} start below {previous_high}")
+        previous_high = max(previous_high, high)
+        ranges.update({name: (low, high) for name in names})
+    for row, layer in sorted(layers.items()):
+        top = row.split("/")[0] + ("/" if "/" in row else "")
+        if top in ranges and not ranges[top][0] <= layer <= ranges[top][1]:
+            low, high = ranges[top]
+            found.append(f"{row}: layer {layer}, outside {top}'s {low}-{high}")
+    return found
+
+
+def test_every_folder_of_sessions_holds_only_its_own_layers_in_the_stated_order() -> None:
+    folders = _folder_table()
+    assert [names[0] for names, _, _ in folders][:2] == ["_model/", "_engine/"]
+    assert folder_violations(_layer_table(), folders) == []
+
+
+def test_the_folder_check_finds_a_planted_misplaced_module_and_an_overlapping_folder() -> None:
+    folders = [(["_model/"], 0, 1), (["_engine/"], 2, 6), (["_tools/"], 5, 8)]
+    layers = {"_model/history.py": 0, "_model/io.py": 3, "_engine/store.py": 4, "errors.py": 0}
+    assert folder_violations(layers, folders) == [
+        "_tools/: layers 5-8 start below 6",
+        "_model/io.py: layer 3, outside _model/'s 0-1",
     ]

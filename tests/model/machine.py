@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from sessions import TurnUsage
-from sessions._doctor import check_store
+from sessions._tools.doctor import check_store
 from sessions.errors import SessionError
 
 from . import strategies as gen

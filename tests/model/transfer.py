@@ -7,7 +7,7 @@ import json
 import os
 from typing import TYPE_CHECKING, Any
 
-from sessions._transfer import export_sessions, import_sessions
+from sessions._tools.transfer import export_sessions, import_sessions
 
 from .spec import CALL
 from .strategies import TINY

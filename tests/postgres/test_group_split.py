@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessions import Batch
-from sessions._group import Entry
+from sessions._engine.group import Entry
 
 pg_group = pytest.importorskip("sessions.postgres.group")  # needs asyncpg
 

@@ -23,7 +23,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import pytest
 
 from sessions import BufferedSession, Store
-from sessions._redact import redact
+from sessions._model.redact import redact
 from tests.provision.base import SAFETY, Hang, Provision, RawReader
 from tests.reliability.invariant import RawRow, RawSession
 from tests.skip_policy import in_ci

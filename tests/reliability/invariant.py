@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sessions._serde import encode_item
+from sessions._model.serde import encode_item
 
 TAG = "rel"
 

@@ -14,8 +14,8 @@ from typing import Any
 from agents import SQLiteSession as SDKSQLiteSession
 
 from sessions import RetryPolicy
-from sessions._migrate import migrate, open_source
-from sessions._transfer import import_sessions
+from sessions._tools.migrate import migrate, open_source
+from sessions._tools.transfer import import_sessions
 from sessions.errors import CommitError, TransientStorageError
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy

@@ -18,8 +18,8 @@ import pytest
 from agents import SQLiteSession as SDKSQLiteSession
 
 from sessions import RetryPolicy, Store
-from sessions._migrate import migrate, open_source
-from sessions._transfer import import_sessions
+from sessions._tools.migrate import migrate, open_source
+from sessions._tools.transfer import import_sessions
 from sessions.errors import CommitError
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy

@@ -73,7 +73,7 @@ async def test_pg_backend_connection_terminated_while_idle_is_retried(pg: Target
 
 
 async def test_adjacent_lone_surrogates_round_trip_or_are_refused(target: Target) -> None:
-    """FIXED (sessions/_serde.py, now refuses lone surrogates): a str holding a high surrogate followed by a low
+    """FIXED (sessions/_model/serde.py, now refuses lone surrogates): a str holding a high surrogate followed by a low
     one as two separate code points (not valid Unicode, but a Python str) is stored
     through the ASCII-escape fallback as ``"\\ud83d\\ude00"``, which JSON decodes as
     ONE character, so the item silently changes (even the staged view):

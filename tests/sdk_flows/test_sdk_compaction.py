@@ -511,7 +511,7 @@ async def test_no_snapshot_when_an_item_in_it_is_unreadable(ours: Opened, sid: s
 async def test_a_pairing_rule_in_the_hook_can_refuse_a_replacement(
     opened: Opened, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``sessions._compaction.PAIRING_CHECK``: where issue 14's tool-pairing rules plug in."""
+    """``sessions._engine.compaction.PAIRING_CHECK``: where issue 14's tool-pairing rules plug in."""
     from sessions import _compaction
 
     await five_items(opened)

@@ -1,4 +1,4 @@
-"""``sessions._decide.decide``: every branch of what a batch means, without a database.
+"""``sessions._model.decide.decide``: every branch of what a batch means, without a database.
 
 The backends' behaviour is pinned by ``tests/contract`` and ``tests/model``; here the
 pure function they all call is checked on its own, condition by condition and in the
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from sessions import MemoryBackend
-from sessions._backend import Batch, BranchRecord, RewindChange, RunStateChange
-from sessions._decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
+from sessions._model.backend import Batch, BranchRecord, RewindChange, RunStateChange
+from sessions._model.decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from sessions.errors import ConflictError, DeletedConflictError, VersionConflictError
 
 SID = "s1"

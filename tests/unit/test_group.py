@@ -1,4 +1,4 @@
-"""The group-commit scheduler itself (``sessions._group``), with fake apply callables:
+"""The group-commit scheduler itself (``sessions._engine.group``), with fake apply callables:
 no database, no thread. The backends' use of it is tested against real databases in
 ``tests/test_postgres_group.py``, ``tests/contract/test_group_commit.py``,
 ``tests/test_group_split.py`` and ``tests/test_sqlite.py``."""
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessions import Batch
-from sessions._group import (
+from sessions._engine.group import (
     Bounds,
     Entry,
     Outcome,

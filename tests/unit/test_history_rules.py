@@ -1,4 +1,4 @@
-"""The history rules (``sessions._history``), one test per written rule and pair type.
+"""The history rules (``sessions._model.history``), one test per written rule and pair type.
 
 Pure functions over plain items: no database. The same rules at commit, on every
 backend, are in ``tests/contract/test_integrity.py``.
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sessions._history import (
+from sessions._model.history import (
     CALL_OUTPUT,
     RULES,
     check_history,
@@ -22,7 +22,7 @@ from sessions._history import (
     pairing_kept,
     split_pair,
 )
-from sessions._serde import encode_staged
+from sessions._model.serde import encode_staged
 from tests.history_items import assistant, call, output, reasoning, user
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,10 +1,10 @@
-"""``sessions._marks.WriteMarks``: when a session may trust what it committed itself."""
+"""``sessions._engine.marks.WriteMarks``: when a session may trust what it committed itself."""
 
 from __future__ import annotations
 
 import gc
 
-from sessions._marks import WriteMarks
+from sessions._engine.marks import WriteMarks
 
 
 def test_a_write_alone_ends_with_a_mark_that_holds_until_the_next_write() -> None:

@@ -1,4 +1,4 @@
-"""How purge cuts a listed page into delete transactions (sessions._store._chunks)."""
+"""How purge cuts a listed page into delete transactions (sessions._engine.store._chunks)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessions import SessionInfo
-from sessions._store import PURGE_ITEMS, PURGE_SESSIONS, _chunks
+from sessions._engine.store import PURGE_ITEMS, PURGE_SESSIONS, _chunks
 
 _NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
 

@@ -16,7 +16,7 @@ from urllib.parse import quote
 import pytest
 
 from sessions import open_store
-from sessions._redact import redact
+from sessions._model.redact import redact
 from tests.cli.test_cli import cli
 
 PASSWORDS = [

@@ -1,5 +1,5 @@
 """Staged items are encoded by orjson where it writes the value ``json`` would, and by
-``json`` (:func:`sessions._serde.encode_item`) everywhere else: the two paths must accept,
+``json`` (:func:`sessions._model.serde.encode_item`) everywhere else: the two paths must accept,
 refuse and store exactly the same items."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from sessions._serde import _encode_fast, encode_item, encode_staged
+from sessions._model.serde import _encode_fast, encode_item, encode_staged
 from sessions.errors import InvalidItemError
 
 

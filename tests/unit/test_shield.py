@@ -1,4 +1,4 @@
-"""The bounded shield (``sessions._shield.shielded``) on its own: every commit runs in it.
+"""The bounded shield (``sessions._engine.shield.shielded``) on its own: every commit runs in it.
 
 Each test drives real asyncio tasks and futures; none relies on timing except the
 deadline tests, whose bounds are wide (a deadline of 0.05 s against work of 10 s).
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sessions._shield import DeadlineExceeded, Firm, _watch, shielded
+from sessions._engine.shield import DeadlineExceeded, Firm, _watch, shielded
 
 pytestmark = pytest.mark.asyncio
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from sessions import SQLiteStore, open_store
-from sessions._redact import redact
-from sessions._url import parse_url
+from sessions._model.redact import redact
+from sessions._tools.url import parse_url
 from sessions.errors import StorageError
 from tests.conftest import PG_DSN, require_postgres
 

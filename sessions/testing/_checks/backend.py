@@ -13,9 +13,9 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ..._backend import Batch
-from ..._commit import write_batches
-from ..._store import Store
+from ..._engine.commit import write_batches
+from ..._engine.store import Store
+from ..._model.backend import Batch
 from .._capabilities import Capability
 from .._spec import ConformanceFailure, Context, check, expect, expect_equal, msg
 from .._subject import WriteHooks

@@ -170,7 +170,7 @@ async def staged_pop_removes_the_tail(ctx: Context) -> None:
 
 
 @check(Capability.STAGED_POPS)
-async def pop_returns_staged_items_first_thenholding(ctx: Context) -> None:
+async def pop_returns_staged_items_first_then_committed(ctx: Context) -> None:
     """pop_item takes staged items first, then stored ones (staged until commit)."""
     sid = ctx.new_id()
     session = await holding(ctx, sid, "c1", "c2")

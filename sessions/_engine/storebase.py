@@ -1,0 +1,178 @@
+"""``StoreBase``: what a :class:`~sessions.Store` is before its operations: the backend
+it holds and its settings, commits in flight (``close()`` waits for them), the write
+marks, the sessions it makes, its lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+
+from .._model.backend import Backend
+from .._model.options import (
+    SESSION_KEYWORDS,
+    STORE_KEYWORDS,
+    check_keywords,
+    session_options,
+    store_options,
+)
+from .._model.policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity, RetryPolicy
+from .._model.validate import validate_session_id
+from ..errors import SessionError, StoreClosedError
+from .marks import WriteMarks
+from .resource import AsyncResource, Lifecycle
+
+if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from typing_extensions import Unpack
+
+    from .._model.options import SessionKeywords, StoreKeywords
+
+__all__ = ["StoreBase"]
+
+S = TypeVar("S")
+
+
+class _CommitSlot:
+    """A commit in flight on a store (a plain class: no async generator on the hot path)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: StoreBase[Any]) -> None:
+        self._store = store
+
+    def __enter__(self) -> Backend:
+        self._store._enter_commit()
+        return self._store.backend
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._store._leave_commit()
+
+
+class StoreBase(AsyncResource, Generic[S]):
+    """The part of :class:`~sessions.Store` every store operation stands on (its
+    docstring says what the settings mean)."""
+
+    session_class: Callable[..., S]
+    #: The backend class a store kind takes (``None``: any :class:`~sessions._model.backend.Backend`).
+    backend_class: ClassVar[type[Backend] | None] = None
+
+    def __init__(self, backend: Backend, **keywords: Unpack[StoreKeywords]) -> None:
+        name = type(self).__name__
+        check_keywords(keywords, STORE_KEYWORDS, f"{name}.__init__")
+        kind = self.backend_class
+        if kind is not None and not isinstance(backend, kind):
+            raise TypeError(f"backend must be a {kind.__name__}, got {type(backend).__name__}")
+        if not isinstance(backend, Backend):
+            raise TypeError(f"backend does not implement sessions Backend: {backend!r}")
+        settings = store_options(keywords, name)
+        self._ttl = settings.ttl
+        self._backend = backend
+        self._retry = settings.retry or RetryPolicy()
+        self._commit_timeout = (
+            DEFAULT_COMMIT_TIMEOUT if settings.commit_timeout is None else settings.commit_timeout
+        )
+        self._integrity = DEFAULT_INTEGRITY if settings.integrity is None else settings.integrity
+        self._in_flight = 0
+        self._drained: asyncio.Event | None = None
+        self.write_marks = WriteMarks()
+        """The writes of each session through this store (:mod:`sessions._engine.marks`)."""
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """How sessions of this store retry transient commit failures."""
+        return self._retry
+
+    @property
+    def ttl(self) -> timedelta | None:
+        """The store's default idle time-to-live (``None``: sessions without a TTL of
+        their own never expire)."""
+        return self._ttl
+
+    @property
+    def commit_timeout(self) -> float:
+        """Seconds a commit, an autocommit write or ``close()`` may hold its caller."""
+        return self._commit_timeout
+
+    @property
+    def integrity(self) -> Integrity:
+        """What commits of this store's sessions do with history the API would refuse:
+        ``"reject"``, ``"quarantine"`` or ``"off"`` (sessions may override it)."""
+        return self._integrity
+
+    def check_usable(self, operation: str) -> None:
+        """Refuse use once closing, or from an event loop other than the store's."""
+        self._check_open(operation)
+        self._check_loop(operation)
+
+    def usable_here(self) -> bool:
+        """Open and bound to the running event loop (what :meth:`check_usable` checks,
+        without building its error message: commits ask this first)."""
+        return self._lifecycle is Lifecycle.OPEN and self._loop is asyncio.get_running_loop()
+
+    def commit_slot(self, operation: str) -> _CommitSlot:
+        """``with store.commit_slot(op) as backend``: one commit that ``close()``
+        waits for (retries included). Refused once the store is closing."""
+        if not self.usable_here():
+            self.check_usable(operation)
+        return _CommitSlot(self)
+
+    def _enter_commit(self) -> None:
+        self._in_flight += 1
+
+    def _leave_commit(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight and self._drained is not None:
+            self._drained.set()
+
+    def session(self, session_id: str, **keywords: Unpack[SessionKeywords]) -> S:
+        """A session on this store. Cheap: no I/O until it is used.
+
+        Takes ``autocommit``, ``session_settings``, ``commit_timeout`` and ``integrity``
+        (:class:`~sessions._model.options.SessionKeywords`); ``commit_timeout=None`` and
+        ``integrity=None`` take the store's; both may also come as
+        ``options=StoreOptions(...)`` (which may set nothing else)."""
+        check_keywords(keywords, SESSION_KEYWORDS, "Store.session")
+        self._check_open("session")
+        validate_session_id(session_id)
+        settings = session_options(keywords, "session()")
+        make = getattr(self, "session_class", None)
+        if make is None:
+            raise SessionError(f"{self._describe()} has no session_class to make sessions with")
+        extra: dict[str, Any] = {}
+        if settings.integrity is not None:  # a session_class of before issue 14 need not take it
+            extra["integrity"] = settings.integrity
+        return make(  # type: ignore[no-any-return]
+            session_id,
+            store=self,
+            autocommit=keywords.get("autocommit", False),
+            session_settings=keywords.get("session_settings"),
+            commit_timeout=settings.commit_timeout,
+            **extra,
+        )
+
+    def _describe(self) -> str:
+        return type(self).__name__
+
+    def _closed_error(self, operation: str) -> StoreClosedError:
+        return StoreClosedError(
+            f"{operation}() on {self._describe()}: the store is {self.state.value}"
+        )
+
+    def _close_timeout(self) -> float:
+        return self._commit_timeout
+
+    async def _aclose(self) -> None:
+        """Wait for the commits in flight (none can start now), then close the backend."""
+        if self._in_flight:
+            self._drained = asyncio.Event()
+            await self._drained.wait()
+        await self._backend.close()
+
+    def __repr__(self) -> str:
+        return f"<{self._describe()} {self.state.value}>"

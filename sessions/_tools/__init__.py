@@ -1,0 +1,1 @@
+"""What moves and checks data: export/import, migration, URLs, the doctor, the demo (docs/architecture.md, "Folders")."""
