@@ -18,7 +18,7 @@ import sqlite3
 import sys
 import unicodedata
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,9 +177,12 @@ SETTINGS = settings(
 )
 
 
-@SETTINGS
-@given(sessions=_sessions)
-@example(sessions=FIXED)
+def _over_generated_sessions(test: Callable[..., None]) -> Callable[..., None]:
+    """``test`` under SETTINGS, given generated ``sessions`` and the FIXED example."""
+    return SETTINGS(given(sessions=_sessions)(example(sessions=FIXED)(test)))
+
+
+@_over_generated_sessions
 def test_reading_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
@@ -207,9 +210,7 @@ def test_reading_commands_show_generated_text_literally(
         assert run("show", "--db", url, "--", session_id).code == 0
 
 
-@SETTINGS
-@given(sessions=_sessions)
-@example(sessions=FIXED)
+@_over_generated_sessions
 def test_writing_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
@@ -240,20 +241,16 @@ def test_writing_commands_show_generated_text_literally(
 async def _seed_turns(url: str, sessions: dict[str, list[Any]], run_id: str) -> None:
     """Each session: its items as turn 1, then one item as turn 2 with ``run_id`` and usage
     (stored verbatim, ``integrity="off"``, as ``seed`` does)."""
-    from sessions import TurnUsage, open_store
+    from sessions import TurnUsage
 
-    store = await open_store(url, integrity="off")
-    try:
-        for session_id, items in sessions.items():
+    await seed(url, sessions)
+    async with await open_store(url, integrity="off") as store:
+        for session_id in sessions:
             session = store.session(session_id)
-            await session.add_items(items)
-            await session.commit()
             session.set_run_id(run_id)
             await session.add_items([{"role": "user", "content": run_id}])
             session.record_usage(TurnUsage(1, 10, 2, 0, 0))
             await session.commit()
-    finally:
-        await store.close()
 
 
 @SETTINGS
@@ -283,9 +280,7 @@ def test_turn_commands_show_generated_text_literally(
     assert strict_json(run("usage", "--json", "--db", url).out)["requests"] == len(sessions)
 
 
-@SETTINGS
-@given(sessions=_sessions)
-@example(sessions=FIXED)
+@_over_generated_sessions
 def test_migrate_shows_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
@@ -305,31 +300,21 @@ def test_migrate_shows_generated_text_literally(
 async def _raw(url: str, sessions: dict[str, list[Any]]) -> None:
     """The items stored as they are, through the bulk write path (not judged at commit:
     the point is history that breaks the rules)."""
-    store = await open_store(url)
-    try:
+    async with await open_store(url) as store:
         for n, (session_id, items) in enumerate(sessions.items()):
             batch = Batch(f"raw-{n}", False, (), tuple(encode_items(items)))
             await write_batches(store, session_id, [batch])
-    finally:
-        await store.close()
 
 
 async def _seed_users(url: str, users: list[str]) -> None:
-    from sessions import open_store
-
-    store = await open_store(url)
-    try:
+    async with await open_store(url) as store:
         for n, user in enumerate(users):
             session = store.session(f"s{n}")
             session.set_info(user_id=user, title=user, tags={user[:64]})
             await session.commit()
-    finally:
-        await store.close()
 
 
-@SETTINGS
-@given(sessions=_sessions)
-@example(sessions=FIXED)
+@_over_generated_sessions
 def test_doctor_shows_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:

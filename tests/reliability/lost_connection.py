@@ -158,6 +158,20 @@ async def terminate_sweep(target: TargetLike) -> tuple[int, list[str], int]:
     return tries, problems, hits
 
 
+async def commit_persistently(s: Any, w: int, b: int, *, tries: int, pause: float = 0.0) -> int:
+    """Commit writer ``w``'s batch ``b``, again after each CommitError (that is safe), at
+    most ``tries`` times, sleeping ``pause`` seconds after each: how many attempts gave up.
+    AssertionError when none committed."""
+    for gave_up in range(tries):
+        try:
+            await s.commit()
+            return gave_up
+        except CommitError:
+            if pause:
+                await asyncio.sleep(pause)
+    raise AssertionError(f"writer {w}: batch {b} never committed")
+
+
 async def terminate_storm(
     target: TargetLike, *, writers: int, batches: int, seed: int | None = None
 ) -> tuple[int, list[str], dict[str, Any]]:
@@ -185,14 +199,7 @@ async def terminate_storm(
         b = 0
         while b < batches or (not lost_commits(store.gate)[0] and b < 20 * batches):
             await s.add_items(make_batch(w, b))
-            for _ in range(50):
-                try:
-                    await s.commit()
-                    break
-                except CommitError:
-                    gave_up += 1
-            else:
-                raise AssertionError(f"writer {w}: batch {b} never committed")
+            gave_up += await commit_persistently(s, w, b, tries=50)
             ledger.confirm(w, b)
             b += 1
         await s.close()
@@ -275,6 +282,27 @@ async def lost_ack_scenario(target: TargetLike, rounds: int) -> tuple[int, list[
     return rounds, problems
 
 
+async def _commit_error(s: Any) -> CommitError | None:
+    """Commit ``s``; the CommitError it raises, or None when it commits."""
+    try:
+        await s.commit()
+    except CommitError as exc:
+        return exc
+    return None
+
+
+async def _recommit(
+    label: str, s: Any, target: TargetLike, sid: str, ledger: Ledger, b: int
+) -> list[str]:
+    """Commit writer 0's batch ``b`` again, as a caller may after CommitError: the
+    problems with the stored history after it."""
+    await s.commit()
+    ledger.confirm(0, b)
+    return [
+        f"{label}, recommit: {p}" for p in check_history(await read_history(target, sid), ledger)
+    ]
+
+
 async def give_up_scenarios(target: TargetLike) -> tuple[int, list[str]]:
     """Retries run out (``attempts=1``). The caller gets CommitError; ``outcome_known``
     is accurate; the changes are still staged; a later commit applies exactly once."""
@@ -328,12 +356,7 @@ async def give_up_scenarios(target: TargetLike) -> tuple[int, list[str]]:
         problems.append(
             "terminated mid-commit: the probe could reach the database, yet outcome_known=False"
         )
-    await s.commit()
-    ledger.confirm(0, 1)
-    problems += [
-        f"terminated mid-commit, recommit: {p}"
-        for p in check_history(await read_history(target, sid), ledger)
-    ]
+    problems += await _recommit("terminated mid-commit", s, target, sid, ledger, 1)
     await s.close()
     await real.close()
 
@@ -353,11 +376,7 @@ async def give_up_scenarios(target: TargetLike) -> tuple[int, list[str]]:
             return await orig_applied(session_id, ids)
 
         store.backend.applied = applied_while_down  # type: ignore[method-assign,assignment]
-        error = None
-        try:
-            await s.commit()
-        except CommitError as exc:
-            error = exc
+        error = await _commit_error(s)
         store.backend.applied = orig_applied  # type: ignore[method-assign]
         proxy.come_up()
         if error is not None and error.outcome_known:
@@ -365,29 +384,15 @@ async def give_up_scenarios(target: TargetLike) -> tuple[int, list[str]]:
                 "lost ack + server down: outcome_known=True although the batch was committed"
             )
         await judge("lost ack, server down", s, sid, error, ledger, 0)
-        await s.commit()
-        ledger.confirm(0, 0)
-        problems += [
-            f"lost ack, recommit: {p}"
-            for p in check_history(await read_history(target, sid), ledger)
-        ]
+        problems += await _recommit("lost ack", s, target, sid, ledger, 0)
 
         # 3. Server down before the commit: nothing can be applied.
         await s.add_items(make_batch(0, 1))
         proxy.go_down()
-        error = None
-        try:
-            await s.commit()
-        except CommitError as exc:
-            error = exc
+        error = await _commit_error(s)
         proxy.come_up()
         await judge("server down", s, sid, error, ledger, 1)
-        await s.commit()
-        ledger.confirm(0, 1)
-        problems += [
-            f"server down, recommit: {p}"
-            for p in check_history(await read_history(target, sid), ledger)
-        ]
+        problems += await _recommit("server down", s, target, sid, ledger, 1)
         await s.close()
         await store.close()
     finally:

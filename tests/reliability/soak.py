@@ -43,14 +43,18 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sessions import RetryPolicy
-from sessions.errors import CommitError
 from tests.provision import PROVISIONS
 
 from . import report
 from .cancellation import run_sweep
 from .harness import Db, new_db, read_history
 from .invariant import Ledger, check_history, make_batch
-from .lost_connection import lost_ack_scenario, terminate_storm, terminate_sweep
+from .lost_connection import (
+    commit_persistently,
+    lost_ack_scenario,
+    terminate_storm,
+    terminate_sweep,
+)
 from .memory import run_turns
 from .processes import concurrent_first_use, concurrent_poppers, concurrent_writers, crash_scenario
 
@@ -162,15 +166,7 @@ async def r_restart(db: Db, rng: random.Random, left: float, want: int | None) -
         b = 0
         while not stop.is_set() and b < 10_000:
             await s.add_items(make_batch(w, b))
-            for _ in range(100):
-                try:
-                    await s.commit()
-                    break
-                except CommitError:
-                    gave_up += 1
-                    await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"writer {w}: batch {b} never committed")
+            gave_up += await commit_persistently(s, w, b, tries=100, pause=0.2)
             ledger.confirm(w, b)
             b += 1
         await s.close()
