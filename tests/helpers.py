@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -180,3 +182,32 @@ def run_benchmark(name: str, out: Path, *args: str) -> Any:
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads((out / f"{name}.json").read_text())
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until_healthy(
+    proc: subprocess.Popen[bytes], base: str, timeout: float, log: Callable[[], str]
+) -> None:
+    """Poll ``{base}/healthz`` until it answers 200. The test fails, showing ``log()``,
+    when ``proc`` exits first, and when ``timeout`` seconds pass without an answer."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"the example exited with {proc.returncode}:\n{log()}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"the example did not answer /healthz within {timeout} s")
+        time.sleep(0.1)

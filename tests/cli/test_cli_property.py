@@ -18,7 +18,7 @@ import sqlite3
 import sys
 import unicodedata
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +134,12 @@ class Stores:
         """The URL of an empty store (a new file, or a new table prefix)."""
         return self.target.fresh(self.tmp).url
 
+    def seeded(self, fill: Callable[..., Awaitable[None]], *args: Any) -> str:
+        """The URL of an empty store after ``fill(url, *args)`` has run on it."""
+        url = self.fresh()
+        asyncio.run(fill(url, *args))
+        return url
+
 
 @pytest.fixture(params=BACKENDS)
 def stores(
@@ -186,8 +192,7 @@ def _over_generated_sessions(test: Callable[..., None]) -> Callable[..., None]:
 def test_reading_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
-    url = stores.fresh()
-    asyncio.run(seed(url, sessions))
+    url = stores.seeded(seed, sessions)
     ids = sorted(sessions)
     listed = run("list", "--db", url)
     for session_id in ids:
@@ -214,8 +219,7 @@ def test_reading_commands_show_generated_text_literally(
 def test_writing_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
-    url, other = stores.fresh(), stores.fresh()
-    asyncio.run(seed(url, sessions))
+    url, other = stores.seeded(seed, sessions), stores.fresh()
     ids = sorted(sessions)
     backup = stores.tmp / f"{uuid.uuid4().hex}.jsonl"
     assert run("export", "-o", str(backup), "--db", url).code == 0
@@ -259,8 +263,7 @@ async def _seed_turns(url: str, sessions: dict[str, list[Any]], run_id: str) -> 
 def test_turn_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]], run_id: str
 ) -> None:
-    url = stores.fresh()
-    asyncio.run(_seed_turns(url, sessions, run_id))
+    url = stores.seeded(_seed_turns, sessions, run_id)
     for session_id in sorted(sessions):
         shown = run("turns", "--db", url, "--", session_id)
         assert shown.code == 0 and literal(run_id) in shown.out
@@ -318,8 +321,7 @@ async def _seed_users(url: str, users: list[str]) -> None:
 def test_doctor_shows_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
-    url = stores.fresh()
-    asyncio.run(_raw(url, sessions))
+    url = stores.seeded(_raw, sessions)
     expected = {
         session_id: check_rows(session_id, list(enumerate(encode_items(items), 1))).problems
         for session_id, items in sessions.items()
@@ -349,8 +351,7 @@ def test_doctor_shows_generated_text_literally(
 def test_catalogue_commands_show_generated_user_text_literally(
     stores: Stores, users: list[str]
 ) -> None:
-    url = stores.fresh()
-    asyncio.run(_seed_users(url, users))
+    url = stores.seeded(_seed_users, users)
     listed = strict_json(run("list", "--json", "--db", url, "--user", users[0]).out)
     assert [(r["user_id"], r["title"], r["tags"]) for r in listed] == [
         (users[0], users[0], [users[0][:64]])

@@ -43,12 +43,20 @@ def memory() -> Subject:
     )
 
 
-def _sdk_subject(
-    name: str, inner: Callable[[str], AsyncIterator[Any]], args: tuple[str, ...], description: str
-) -> Subject:
-    """A wrapper subject whose child rebuilds it with the function named like ``name``."""
+_WRAPPED = {
+    "sdk-sqlite": "`TransactionalSession` over the SDK's `agents.SQLiteSession` (a file)",
+    "sdk-async-sqlite": "`TransactionalSession` over the SDK's `AsyncSQLiteSession` (a file)",
+    "sdk-sqlalchemy": "`TransactionalSession` over the SDK's `SQLAlchemySession` "
+    "(`sqlite+aiosqlite`, a file)",
+    "sdk-redis": "`TransactionalSession` over the SDK's `RedisSession` (local Redis)",
+}
+
+
+def _sdk_subject(name: str, inner: Callable[[str], AsyncIterator[Any]], *args: str) -> Subject:
+    """The wrapper subject ``name`` (described in ``_WRAPPED``), which a child rebuilds by
+    calling the function named like it with ``args``."""
     spawn = Spawn(f"{__name__}:{name.replace('-', '_')}", args)
-    return wrapper_subject(name, inner, spawn=spawn, description=description)
+    return wrapper_subject(name, inner, spawn=spawn, description=_WRAPPED[name])
 
 
 async def _closing(session: Any, close: Callable[[], object]) -> AsyncIterator[Any]:
@@ -61,34 +69,26 @@ async def _closing(session: Any, close: Callable[[], object]) -> AsyncIterator[A
             await closed
 
 
+def _file_subject(name: str, session_class: Callable[[str, str], Any], path: str) -> Subject:
+    """A wrapper subject over ``session_class(session_id, path)``, closed by its ``close()``."""
+
+    def inner(session_id: str) -> AsyncIterator[Any]:
+        session = session_class(session_id, path)
+        return _closing(session, session.close)
+
+    return _sdk_subject(name, inner, path)
+
+
 def sdk_sqlite(path: str) -> Subject:
     from agents import SQLiteSession
 
-    def inner(session_id: str) -> AsyncIterator[Any]:
-        session = SQLiteSession(session_id, path)
-        return _closing(session, session.close)
-
-    return _sdk_subject(
-        "sdk-sqlite",
-        inner,
-        (path,),
-        "`TransactionalSession` over the SDK's `agents.SQLiteSession` (a file)",
-    )
+    return _file_subject("sdk-sqlite", SQLiteSession, path)
 
 
 def sdk_async_sqlite(path: str) -> Subject:
     from agents.extensions.memory import AsyncSQLiteSession
 
-    def inner(session_id: str) -> AsyncIterator[Any]:
-        session = AsyncSQLiteSession(session_id, path)
-        return _closing(session, session.close)
-
-    return _sdk_subject(
-        "sdk-async-sqlite",
-        inner,
-        (path,),
-        "`TransactionalSession` over the SDK's `AsyncSQLiteSession` (a file)",
-    )
+    return _file_subject("sdk-async-sqlite", AsyncSQLiteSession, path)
 
 
 def sdk_sqlalchemy(path: str) -> Subject:
@@ -99,12 +99,7 @@ def sdk_sqlalchemy(path: str) -> Subject:
         session = SQLAlchemySession.from_url(session_id, url=url, create_tables=True)
         return _closing(session, session.engine.dispose)
 
-    return _sdk_subject(
-        "sdk-sqlalchemy",
-        inner,
-        (path,),
-        "`TransactionalSession` over the SDK's `SQLAlchemySession` (`sqlite+aiosqlite`, a file)",
-    )
+    return _sdk_subject("sdk-sqlalchemy", inner, path)
 
 
 def sdk_redis(url: str, key_prefix: str) -> Subject:
@@ -116,9 +111,4 @@ def sdk_redis(url: str, key_prefix: str) -> Subject:
         session = RedisSession(session_id, redis_client=client, key_prefix=key_prefix)
         return _closing(session, client.aclose)
 
-    return _sdk_subject(
-        "sdk-redis",
-        inner,
-        (url, key_prefix),
-        "`TransactionalSession` over the SDK's `RedisSession` (local Redis)",
-    )
+    return _sdk_subject("sdk-redis", inner, url, key_prefix)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sessions import RetryPolicy, Store
@@ -172,6 +173,31 @@ async def commit_persistently(s: Any, w: int, b: int, *, tries: int, pause: floa
     raise AssertionError(f"writer {w}: batch {b} never committed")
 
 
+async def persistent_writer(
+    store: Store[Any],
+    sid: str,
+    w: int,
+    ledger: Ledger,
+    more: Callable[[int], bool],
+    *,
+    tries: int,
+    pause: float = 0.0,
+) -> int:
+    """Writer ``w``: commits its batches 0, 1, ... to ``sid`` while ``more(b)``, each
+    persistently (:func:`commit_persistently`), confirming each in ``ledger``; returns
+    how many commit attempts gave up."""
+    s = store.session(sid)
+    gave_up = 0
+    b = 0
+    while more(b):
+        await s.add_items(make_batch(w, b))
+        gave_up += await commit_persistently(s, w, b, tries=tries, pause=pause)
+        ledger.confirm(w, b)
+        b += 1
+    await s.close()
+    return gave_up
+
+
 async def terminate_storm(
     target: TargetLike, *, writers: int, batches: int, seed: int | None = None
 ) -> tuple[int, list[str], dict[str, Any]]:
@@ -189,20 +215,11 @@ async def terminate_storm(
     store = GatedStore(real)  # counts the commit attempts a termination interrupted
     sid = f"storm-{uuid.uuid4().hex[:10]}"
     ledger = Ledger()
-    gave_up = 0
     kills = 0
     stop = asyncio.Event()
 
-    async def writer(w: int) -> None:
-        nonlocal gave_up
-        s = store.session(sid)
-        b = 0
-        while b < batches or (not lost_commits(store.gate)[0] and b < 20 * batches):
-            await s.add_items(make_batch(w, b))
-            gave_up += await commit_persistently(s, w, b, tries=50)
-            ledger.confirm(w, b)
-            b += 1
-        await s.close()
+    def more(b: int) -> bool:
+        return b < batches or (not lost_commits(store.gate)[0] and b < 20 * batches)
 
     async def killer() -> None:
         nonlocal kills
@@ -213,8 +230,12 @@ async def terminate_storm(
     k = asyncio.ensure_future(killer())
     problems: list[str] = []
     try:
-        results = await asyncio.gather(*(writer(w) for w in range(writers)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(persistent_writer(store, sid, w, ledger, more, tries=50) for w in range(writers)),
+            return_exceptions=True,
+        )
         problems += [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+        gave_up = sum(r for r in results if isinstance(r, int))
     finally:
         stop.set()
         await k
