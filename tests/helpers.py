@@ -8,7 +8,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,18 @@ async def retrying(op: Callable[[], Awaitable[Any]], *, tries: int, pause: float
             last = exc
             await asyncio.sleep(pause)
     raise AssertionError(f"operation never succeeded: {last!r}")
+
+
+@asynccontextmanager
+async def pg_connection(dsn: str) -> AsyncIterator[Any]:
+    """Another asyncpg connection to ``dsn`` (to hold a lock, say), closed after the block."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 async def hold_session_row(conn: Any, store: Any, session_id: str) -> None:

@@ -34,7 +34,7 @@ from sessions.errors import (
     TransientStorageError,
 )
 from tests.conftest import PG_DSN, require_postgres
-from tests.helpers import hold_session_row, msg, retrying
+from tests.helpers import hold_session_row, msg, pg_connection, retrying
 from tests.provision.postgres import drop_schema
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -419,8 +419,7 @@ async def test_cancelled_apply_leaves_nothing_running_or_open_on_the_server(
     kw = _app()
     app = kw["server_settings"]["application_name"]
     store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=1, max_size=1, **kw)
-    blocker = await asyncpg.connect(PG_DSN)
-    try:
+    async with store, pg_connection(PG_DSN) as blocker:
         s = store.session(sid)
         await s.add_items([msg("a"), msg("b")])
         await s.commit()
@@ -449,9 +448,6 @@ async def test_cancelled_apply_leaves_nothing_running_or_open_on_the_server(
         await s.add_items([msg("c")])
         await s.commit()  # the pool is usable
         assert await store.session(sid).get_items() == [msg("a"), msg("b"), msg("c")]
-    finally:
-        await blocker.close()
-        await store.close()
 
 
 async def test_command_timeout_while_locked_then_commit_again_applies_once(
@@ -465,8 +461,7 @@ async def test_command_timeout_while_locked_then_commit_again_applies_once(
         command_timeout=0.2,
         retry=RetryPolicy(attempts=2, initial_delay=0.01, max_delay=0.01),
     )
-    blocker = await asyncpg.connect(PG_DSN)
-    try:
+    async with store, pg_connection(PG_DSN) as blocker:
         s = store.session(sid)
         await s.add_items([msg("a")])
         await s.commit()
@@ -480,9 +475,6 @@ async def test_command_timeout_while_locked_then_commit_again_applies_once(
         assert await store.session(sid).get_items() == [msg("a"), msg("b")]
         info_row = await store.session_info(sid)
         assert info_row is not None and info_row.item_count == 2
-    finally:
-        await blocker.close()
-        await store.close()
 
 
 async def test_pop_of_an_item_already_removed_is_a_conflict(pg_schema: str, sid: str) -> None:
@@ -530,9 +522,8 @@ async def test_applied_waits_for_a_commit_still_in_flight(pg_schema: str, sid: s
     connection we lost, still running on the server) must not be reported as "not
     applied": it may commit a moment later."""
     store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=1, max_size=2)
-    other = await asyncpg.connect(PG_DSN)
     batches = store.postgres.table("batches")
-    try:
+    async with store, pg_connection(PG_DSN) as other:
         for outcome, expected in (("COMMIT", {"z"}), ("ROLLBACK", set())):
             batch_id = "z" if outcome == "COMMIT" else "y"
             await other.execute("BEGIN")
@@ -553,9 +544,6 @@ async def test_applied_waits_for_a_commit_still_in_flight(pg_schema: str, sid: s
             await store.pool.fetchval(f"SELECT count(*) FROM {batches} WHERE session_id = $1", sid)
             == 1
         )
-    finally:
-        await other.close()
-        await store.close()
 
 
 async def test_backends_terminated_mid_commit_lose_and_duplicate_nothing(

@@ -713,13 +713,20 @@ async def test_a_subclass_that_overrides_a_session_method_is_offered_no_hook(
         assert await sub.stored() == SEED
 
 
-async def test_a_subclass_that_overrides_no_session_method_keeps_the_one_write_path(
-    opened: Opened, sid: str
-) -> None:
+def one_write_compaction(opened: Opened) -> Any:
+    """The SDK's compaction session class, where the SDK has snapshots and (for an
+    unbuffered session) replaces in one write."""
     Compaction = compaction_session()
     need_sdk("compaction_snapshot")
     if not opened.buffered:
         need_sdk("atomic_replace_items")
+    return Compaction
+
+
+async def test_a_subclass_that_overrides_no_session_method_keeps_the_one_write_path(
+    opened: Opened, sid: str
+) -> None:
+    Compaction = one_write_compaction(opened)
     async with as_subclass(opened, plain_subclass) as sub:
         await sub.seed(SEED)
         assert await sub.session._get_compaction_snapshot(5) is not None
@@ -736,10 +743,7 @@ async def test_a_subclass_that_overrides_the_hook_itself_is_offered_it(
 ) -> None:
     """The opt-in: a subclass that redacts in ``add_items`` and in its own
     ``_atomic_replace_items`` (calling ours) gets the one-write replacement."""
-    Compaction = compaction_session()
-    need_sdk("compaction_snapshot")
-    if not opened.buffered:
-        need_sdk("atomic_replace_items")
+    Compaction = one_write_compaction(opened)
     async with as_subclass(opened, redacting_with_its_own_hook) as sub:
         await sub.seed(SEED)
         assert await sub.session._get_compaction_snapshot(5) is None  # not overridden
