@@ -87,6 +87,26 @@ def _app() -> dict[str, Any]:
     return {"server_settings": {"application_name": f"txs_test_{uuid.uuid4().hex[:10]}"}}
 
 
+async def open_terminable(schema: str, max_size: int, **options: Any) -> PostgresStore:
+    """A store that retries quickly and often, as one whose backends get terminated must."""
+    return await PostgresStore.open(
+        PG_DSN,
+        schema=schema,
+        min_size=1,
+        max_size=max_size,
+        retry=RetryPolicy(attempts=8, initial_delay=0.001, max_delay=0.02),
+        **options,
+    )
+
+
+async def _child(script: str, *args: str) -> asyncio.subprocess.Process:
+    """A Python child running ``script`` with ``args``, from the repository root, its
+    stderr piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, *args, cwd=REPO, stderr=asyncio.subprocess.PIPE
+    )
+
+
 # ------------------------------------------------------------------ identifiers
 
 
@@ -341,18 +361,7 @@ async def test_eight_processes_migrate_one_fresh_schema_at_once(
 ) -> None:
     start_at = time.time() + 3.0  # all children start the schema setup together
     procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            _MIGRATE_CHILD,
-            PG_DSN,
-            fresh_schema,
-            sid,
-            str(start_at),
-            str(n),
-            cwd=REPO,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        await _child(_MIGRATE_CHILD, PG_DSN, fresh_schema, sid, str(start_at), str(n))
         for n in range(8)
     ]
     for proc in procs:
@@ -553,14 +562,7 @@ async def test_backends_terminated_mid_commit_lose_and_duplicate_nothing(
     terminates our pool's backends at random moments during commits."""
     kw = _app()
     app = kw["server_settings"]["application_name"]
-    store = await PostgresStore.open(
-        PG_DSN,
-        schema=pg_schema,
-        min_size=1,
-        max_size=2,
-        retry=RetryPolicy(attempts=8, initial_delay=0.001, max_delay=0.02),
-        **kw,
-    )
+    store = await open_terminable(pg_schema, 2, **kw)
     backend = store.postgres
     in_apply = asyncio.Event()
     calls = 0
@@ -676,18 +678,7 @@ async def test_four_processes_four_tasks_one_session_contiguous_batches(
 ) -> None:
     n_proc, n_batches = 4, 16
     procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            _WRITER_CHILD,
-            PG_DSN,
-            pg_schema,
-            sid,
-            str(p),
-            str(n_batches),
-            cwd=REPO,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        await _child(_WRITER_CHILD, PG_DSN, pg_schema, sid, str(p), str(n_batches))
         for p in range(n_proc)
     ]
     for proc in procs:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from sessions import Batch, RetryPolicy
+from sessions import Batch
 from tests.conftest import PG_DSN, require_postgres
 from tests.helpers import msg, pg_connection, retrying
 
@@ -27,6 +27,7 @@ from sessions.postgres import PostgresStore  # noqa: E402 - needs asyncpg
 from tests.postgres.test_postgres import (  # noqa: E402, F401 - fixtures, and a store through them
     bouncer_store,
     fresh_schema,
+    open_terminable,
     pgbouncer_dsn,
 )
 
@@ -60,14 +61,7 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
     writer committed, and groups must really have formed."""
     kw = _app()
     app = kw["server_settings"]["application_name"]
-    store = await PostgresStore.open(
-        PG_DSN,
-        schema=pg_schema,
-        min_size=1,
-        max_size=4,
-        retry=RetryPolicy(attempts=8, initial_delay=0.001, max_delay=0.02),
-        **kw,
-    )
+    store = await open_terminable(pg_schema, 4, **kw)
     killer_conn = await asyncpg.connect(PG_DSN)
     done = False
     kills = 0
