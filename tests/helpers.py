@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterable
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +79,18 @@ async def retrying(op: Callable[[], Awaitable[Any]], *, tries: int, pause: float
             last = exc
             await asyncio.sleep(pause)
     raise AssertionError(f"operation never succeeded: {last!r}")
+
+
+@asynccontextmanager
+async def pg_connection(dsn: str) -> AsyncIterator[Any]:
+    """Another asyncpg connection to ``dsn`` (to hold a lock, say), closed after the block."""
+    import asyncpg
+
+    conn = await asyncpg.connect(dsn)
+    try:
+        yield conn
+    finally:
+        await conn.close()
 
 
 async def hold_session_row(conn: Any, store: Any, session_id: str) -> None:
@@ -180,3 +195,32 @@ def run_benchmark(name: str, out: Path, *args: str) -> Any:
     )
     assert proc.returncode == 0, proc.stderr
     return json.loads((out / f"{name}.json").read_text())
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_until_healthy(
+    proc: subprocess.Popen[bytes], base: str, timeout: float, log: Callable[[], str]
+) -> None:
+    """Poll ``{base}/healthz`` until it answers 200. The test fails, showing ``log()``,
+    when ``proc`` exits first, and when ``timeout`` seconds pass without an answer."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"the example exited with {proc.returncode}:\n{log()}")
+        try:
+            if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"the example did not answer /healthz within {timeout} s")
+        time.sleep(0.1)

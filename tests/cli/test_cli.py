@@ -96,14 +96,11 @@ def db(target: Target, tmp_path: Path) -> str:
 async def seed(url: str, sessions: Mapping[str, list[dict[str, Any]]]) -> None:
     """Store ``sessions`` verbatim (``integrity="off"``: the commands must show whatever
     a store holds, valid history for the API or not)."""
-    store = await open_store(url, integrity="off")
-    try:
+    async with await open_store(url, integrity="off") as store:
         for session_id, items in sessions.items():
             session = store.session(session_id)
             await session.add_items(items)
             await session.commit()
-    finally:
-        await store.close()
 
 
 async def history(url: str) -> dict[str, list[Any]]:

@@ -18,7 +18,7 @@ import sqlite3
 import sys
 import unicodedata
 import uuid
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,6 +134,12 @@ class Stores:
         """The URL of an empty store (a new file, or a new table prefix)."""
         return self.target.fresh(self.tmp).url
 
+    def seeded(self, fill: Callable[..., Awaitable[None]], *args: Any) -> str:
+        """The URL of an empty store after ``fill(url, *args)`` has run on it."""
+        url = self.fresh()
+        asyncio.run(fill(url, *args))
+        return url
+
 
 @pytest.fixture(params=BACKENDS)
 def stores(
@@ -177,14 +183,16 @@ SETTINGS = settings(
 )
 
 
-@SETTINGS
-@given(sessions=_sessions)
-@example(sessions=FIXED)
+def _over_generated_sessions(test: Callable[..., None]) -> Callable[..., None]:
+    """``test`` under SETTINGS, given generated ``sessions`` and the FIXED example."""
+    return SETTINGS(given(sessions=_sessions)(example(sessions=FIXED)(test)))
+
+
+@_over_generated_sessions
 def test_reading_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
-    url = stores.fresh()
-    asyncio.run(seed(url, sessions))
+    url = stores.seeded(seed, sessions)
     ids = sorted(sessions)
     listed = run("list", "--db", url)
     for session_id in ids:
@@ -207,14 +215,11 @@ def test_reading_commands_show_generated_text_literally(
         assert run("show", "--db", url, "--", session_id).code == 0
 
 
-@SETTINGS
-@given(sessions=_sessions)
-@example(sessions=FIXED)
+@_over_generated_sessions
 def test_writing_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
-    url, other = stores.fresh(), stores.fresh()
-    asyncio.run(seed(url, sessions))
+    url, other = stores.seeded(seed, sessions), stores.fresh()
     ids = sorted(sessions)
     backup = stores.tmp / f"{uuid.uuid4().hex}.jsonl"
     assert run("export", "-o", str(backup), "--db", url).code == 0
@@ -240,20 +245,16 @@ def test_writing_commands_show_generated_text_literally(
 async def _seed_turns(url: str, sessions: dict[str, list[Any]], run_id: str) -> None:
     """Each session: its items as turn 1, then one item as turn 2 with ``run_id`` and usage
     (stored verbatim, ``integrity="off"``, as ``seed`` does)."""
-    from sessions import TurnUsage, open_store
+    from sessions import TurnUsage
 
-    store = await open_store(url, integrity="off")
-    try:
-        for session_id, items in sessions.items():
+    await seed(url, sessions)
+    async with await open_store(url, integrity="off") as store:
+        for session_id in sessions:
             session = store.session(session_id)
-            await session.add_items(items)
-            await session.commit()
             session.set_run_id(run_id)
             await session.add_items([{"role": "user", "content": run_id}])
             session.record_usage(TurnUsage(1, 10, 2, 0, 0))
             await session.commit()
-    finally:
-        await store.close()
 
 
 @SETTINGS
@@ -262,8 +263,7 @@ async def _seed_turns(url: str, sessions: dict[str, list[Any]], run_id: str) -> 
 def test_turn_commands_show_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]], run_id: str
 ) -> None:
-    url = stores.fresh()
-    asyncio.run(_seed_turns(url, sessions, run_id))
+    url = stores.seeded(_seed_turns, sessions, run_id)
     for session_id in sorted(sessions):
         shown = run("turns", "--db", url, "--", session_id)
         assert shown.code == 0 and literal(run_id) in shown.out
@@ -283,9 +283,7 @@ def test_turn_commands_show_generated_text_literally(
     assert strict_json(run("usage", "--json", "--db", url).out)["requests"] == len(sessions)
 
 
-@SETTINGS
-@given(sessions=_sessions)
-@example(sessions=FIXED)
+@_over_generated_sessions
 def test_migrate_shows_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
@@ -305,36 +303,25 @@ def test_migrate_shows_generated_text_literally(
 async def _raw(url: str, sessions: dict[str, list[Any]]) -> None:
     """The items stored as they are, through the bulk write path (not judged at commit:
     the point is history that breaks the rules)."""
-    store = await open_store(url)
-    try:
+    async with await open_store(url) as store:
         for n, (session_id, items) in enumerate(sessions.items()):
             batch = Batch(f"raw-{n}", False, (), tuple(encode_items(items)))
             await write_batches(store, session_id, [batch])
-    finally:
-        await store.close()
 
 
 async def _seed_users(url: str, users: list[str]) -> None:
-    from sessions import open_store
-
-    store = await open_store(url)
-    try:
+    async with await open_store(url) as store:
         for n, user in enumerate(users):
             session = store.session(f"s{n}")
             session.set_info(user_id=user, title=user, tags={user[:64]})
             await session.commit()
-    finally:
-        await store.close()
 
 
-@SETTINGS
-@given(sessions=_sessions)
-@example(sessions=FIXED)
+@_over_generated_sessions
 def test_doctor_shows_generated_text_literally(
     stores: Stores, sessions: dict[str, list[Any]]
 ) -> None:
-    url = stores.fresh()
-    asyncio.run(_raw(url, sessions))
+    url = stores.seeded(_raw, sessions)
     expected = {
         session_id: check_rows(session_id, list(enumerate(encode_items(items), 1))).problems
         for session_id, items in sessions.items()
@@ -364,8 +351,7 @@ def test_doctor_shows_generated_text_literally(
 def test_catalogue_commands_show_generated_user_text_literally(
     stores: Stores, users: list[str]
 ) -> None:
-    url = stores.fresh()
-    asyncio.run(_seed_users(url, users))
+    url = stores.seeded(_seed_users, users)
     listed = strict_json(run("list", "--json", "--db", url, "--user", users[0]).out)
     assert [(r["user_id"], r["title"], r["tags"]) for r in listed] == [
         (users[0], users[0], [users[0][:64]])

@@ -170,6 +170,13 @@ def _found(report: dict[str, Any], field_name: str = "problems") -> set[tuple[st
     }
 
 
+def _sdk_problems(result: Result) -> set[tuple[str, int, str]]:
+    """What a ``doctor --json`` run over the SDK's tables found; it must have exited 1."""
+    report = _report(result)
+    assert result.code == 1 and report["kind"] == "sdk"
+    return _found(report)
+
+
 def _quarantined(report: dict[str, Any]) -> dict[str, list[str]]:
     return {
         entry["session_id"]: [q["data"] for q in entry["quarantine"]]
@@ -393,9 +400,7 @@ async def test_doctor_reads_sqlalchemy_session_tables_by_their_url(tmp_path: Pat
     )
     await session._engine.dispose()
     result = await cli("doctor", "--json", "--db", url)  # a SQLAlchemy URL: the SDK's tables
-    report = _report(result)
-    assert result.code == 1 and report["kind"] == "sdk"
-    assert _found(report) == {("chat", 1, "missing_output")}
+    assert _sdk_problems(result) == {("chat", 1, "missing_output")}
 
 
 async def test_doctor_sdk_reads_sqlalchemy_session_tables_on_postgres(
@@ -416,9 +421,7 @@ async def test_doctor_sdk_reads_sqlalchemy_session_tables_on_postgres(
     finally:
         await engine.dispose()
     scan = await cli("doctor", "--sdk", "--source-schema", sdk_pg_schema, "--json", "--db", url)
-    report = _report(scan)
-    assert scan.code == 1 and report["kind"] == "sdk"
-    assert _found(report) == {("pg", 2, "orphan_output")}
+    assert _sdk_problems(scan) == {("pg", 2, "orphan_output")}
 
 
 async def test_user_text_in_the_report_is_shown_literally_and_json_stays_exact(

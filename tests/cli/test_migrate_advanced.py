@@ -84,6 +84,15 @@ async def advanced_file(tmp_path: Path) -> tuple[Path, dict[str, list[Any]]]:
     return path, expected
 
 
+async def _migrated(path: Path, db: str, said: str, expected: dict[str, list[Any]]) -> None:
+    """``migrate`` from the file at ``path`` to ``db`` succeeds, says ``said`` and leaves
+    ``db`` holding ``expected``."""
+    result = await cli("migrate", "--from", f"sqlite:///{path}", "--to", db)
+    assert result.code == 0, result.err
+    assert said in result.out
+    assert await history(db) == expected
+
+
 async def test_advanced_sqlite_session_branches_turns_and_usage_migrate_once_then_only_new_turns(
     advanced_file: tuple[Path, dict[str, list[Any]]], target: Target, tmp_path: Path
 ) -> None:
@@ -117,17 +126,11 @@ async def test_advanced_sqlite_session_branches_turns_and_usage_migrate_once_the
     finally:
         await store.close()
 
-    again = await cli("migrate", "--from", f"sqlite:///{path}", "--to", db)
-    assert again.code == 0, again.err
-    assert "0 items copied, 12 already present" in again.out
-    assert await history(db) == expected
-    store = await open_store(db)
-    try:
+    await _migrated(path, db, "0 items copied, 12 already present", expected)
+    async with await open_store(db) as store:
         assert len(await store.session("chat").turns()) == 3
         assert len(await store.session("chat").branches()) == 1
         assert await store.usage() == TurnUsage(5, 130, 27, 38, 4)
-    finally:
-        await store.close()
 
     # The source grew since (a new instance starts on main): only the new turn is copied.
     advanced = sdk_import(
@@ -139,18 +142,12 @@ async def test_advanced_sqlite_session_branches_turns_and_usage_migrate_once_the
         expected["chat"] = await session.get_items(branch_id="main")
     finally:
         session.close()
-    grown = await cli("migrate", "--from", f"sqlite:///{path}", "--to", db)
-    assert grown.code == 0, grown.err
-    assert "2 items copied, 12 already present" in grown.out
-    assert await history(db) == expected
-    store = await open_store(db)
-    try:
+    await _migrated(path, db, "2 items copied, 12 already present", expected)
+    async with await open_store(db) as store:
         turns = await store.session("chat").turns()
         assert [(t.number, t.items, t.usage) for t in turns[3:]] == [
             (4, 2, TurnUsage(1, 70, 2, 50, 0))
         ]
-    finally:
-        await store.close()
 
 
 async def test_a_branch_whose_session_id_the_file_already_has_is_refused_naming_it(

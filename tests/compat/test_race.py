@@ -174,11 +174,8 @@ async def make_variant(name: str, tmp: Path) -> Variant:
     session = store.session(sid, autocommit=name == "txs-autocommit")
 
     async def read_txs() -> list[Any]:
-        reader = await SQLiteStore.open(tmp / "txs.db")
-        try:
+        async with await SQLiteStore.open(tmp / "txs.db") as reader:
             return await reader.session(sid).get_items()
-        finally:
-            await reader.close()
 
     async def close_store() -> None:
         await session.close()

@@ -6,7 +6,8 @@ cross-process check can rebuild the same subject in a writer process from its ``
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import inspect
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sessions import MemoryBackend, MemoryStore, SQLiteStore
@@ -42,76 +43,72 @@ def memory() -> Subject:
     )
 
 
+_WRAPPED = {
+    "sdk-sqlite": "`TransactionalSession` over the SDK's `agents.SQLiteSession` (a file)",
+    "sdk-async-sqlite": "`TransactionalSession` over the SDK's `AsyncSQLiteSession` (a file)",
+    "sdk-sqlalchemy": "`TransactionalSession` over the SDK's `SQLAlchemySession` "
+    "(`sqlite+aiosqlite`, a file)",
+    "sdk-redis": "`TransactionalSession` over the SDK's `RedisSession` (local Redis)",
+}
+
+
+def _sdk_subject(name: str, inner: Callable[[str], AsyncIterator[Any]], *args: str) -> Subject:
+    """The wrapper subject ``name`` (described in ``_WRAPPED``), which a child rebuilds by
+    calling the function named like it with ``args``."""
+    spawn = Spawn(f"{__name__}:{name.replace('-', '_')}", args)
+    return wrapper_subject(name, inner, spawn=spawn, description=_WRAPPED[name])
+
+
+async def _closing(session: Any, close: Callable[[], object]) -> AsyncIterator[Any]:
+    """Yield ``session``; afterwards call ``close`` (and await what it returns, if anything)."""
+    try:
+        yield session
+    finally:
+        closed = close()
+        if inspect.isawaitable(closed):
+            await closed
+
+
+def _file_subject(name: str, session_class: Callable[[str, str], Any], path: str) -> Subject:
+    """A wrapper subject over ``session_class(session_id, path)``, closed by its ``close()``."""
+
+    def inner(session_id: str) -> AsyncIterator[Any]:
+        session = session_class(session_id, path)
+        return _closing(session, session.close)
+
+    return _sdk_subject(name, inner, path)
+
+
 def sdk_sqlite(path: str) -> Subject:
     from agents import SQLiteSession
 
-    async def inner(session_id: str) -> AsyncIterator[Any]:
-        session = SQLiteSession(session_id, path)
-        try:
-            yield session
-        finally:
-            session.close()
-
-    return wrapper_subject(
-        "sdk-sqlite",
-        inner,
-        spawn=Spawn(f"{__name__}:sdk_sqlite", (path,)),
-        description="`TransactionalSession` over the SDK's `agents.SQLiteSession` (a file)",
-    )
+    return _file_subject("sdk-sqlite", SQLiteSession, path)
 
 
 def sdk_async_sqlite(path: str) -> Subject:
     from agents.extensions.memory import AsyncSQLiteSession
 
-    async def inner(session_id: str) -> AsyncIterator[Any]:
-        session = AsyncSQLiteSession(session_id, path)
-        try:
-            yield session
-        finally:
-            await session.close()
-
-    return wrapper_subject(
-        "sdk-async-sqlite",
-        inner,
-        spawn=Spawn(f"{__name__}:sdk_async_sqlite", (path,)),
-        description="`TransactionalSession` over the SDK's `AsyncSQLiteSession` (a file)",
-    )
+    return _file_subject("sdk-async-sqlite", AsyncSQLiteSession, path)
 
 
 def sdk_sqlalchemy(path: str) -> Subject:
     from agents.extensions.memory import SQLAlchemySession
 
-    async def inner(session_id: str) -> AsyncIterator[Any]:
+    def inner(session_id: str) -> AsyncIterator[Any]:
         url = f"sqlite+aiosqlite:///{path}"
         session = SQLAlchemySession.from_url(session_id, url=url, create_tables=True)
-        try:
-            yield session
-        finally:
-            await session.engine.dispose()
+        return _closing(session, session.engine.dispose)
 
-    return wrapper_subject(
-        "sdk-sqlalchemy",
-        inner,
-        spawn=Spawn(f"{__name__}:sdk_sqlalchemy", (path,)),
-        description="`TransactionalSession` over the SDK's `SQLAlchemySession` "
-        "(`sqlite+aiosqlite`, a file)",
-    )
+    return _sdk_subject("sdk-sqlalchemy", inner, path)
 
 
 def sdk_redis(url: str, key_prefix: str) -> Subject:
     from agents.extensions.memory import RedisSession
     from redis.asyncio import Redis
 
-    async def inner(session_id: str) -> AsyncIterator[Any]:
+    def inner(session_id: str) -> AsyncIterator[Any]:
         client = Redis.from_url(url)
-        try:
-            yield RedisSession(session_id, redis_client=client, key_prefix=key_prefix)
-        finally:
-            await client.aclose()
+        session = RedisSession(session_id, redis_client=client, key_prefix=key_prefix)
+        return _closing(session, client.aclose)
 
-    return wrapper_subject(
-        "sdk-redis",
-        inner,
-        spawn=Spawn(f"{__name__}:sdk_redis", (url, key_prefix)),
-        description="`TransactionalSession` over the SDK's `RedisSession` (local Redis)",
-    )
+    return _sdk_subject("sdk-redis", inner, url, key_prefix)

@@ -29,6 +29,20 @@ async def texts(store: Store[Any], sid: str) -> list[str]:
     return [item["content"] for item in await store.session(sid).get_items()]
 
 
+async def _read_a_b(store: Store[Any], sid: str) -> Any:
+    """A session object that committed "a" and "b" (one commit each), then read them."""
+    old = store.session(sid)
+    await commit_each(old, ("a", "b"))
+    await old.get_items()
+    return old
+
+
+async def _deleted_then_x_y(store: Store[Any], sid: str) -> None:
+    """Delete the session; a new object then commits "x" and "y" (one commit each)."""
+    assert await store.delete_session(sid)
+    await commit_each(store.session(sid), ("x", "y"))
+
+
 async def test_a_pop_staged_before_a_deletion_never_removes_an_item_of_the_new_history(
     tstore: Store[Any], sid: str
 ) -> None:
@@ -53,13 +67,9 @@ async def test_a_pop_staged_before_a_deletion_never_removes_an_item_of_the_new_h
 async def test_expected_version_read_before_a_deletion_is_refused_after_it(
     tstore: Store[Any], sid: str
 ) -> None:
-    old = tstore.session(sid)
-    await commit_each(old, ("a", "b"))
-    await old.get_items()
+    old = await _read_a_b(tstore, sid)
     assert old.version == 2
-    assert await tstore.delete_session(sid)
-    new = tstore.session(sid)
-    await commit_each(new, ("x", "y"))  # the new history reaches version 2 again
+    await _deleted_then_x_y(tstore, sid)  # the new history reaches version 2 again
     await old.add_items([msg("late")])
     with pytest.raises(SessionDeletedError):
         await old.commit(expected_version=2)
@@ -95,12 +105,8 @@ async def test_a_late_commit_after_delete_user_is_refused_and_nothing_escapes_th
 async def test_rewind_and_undo_from_an_object_that_read_the_deleted_history_are_refused(
     tstore: Store[Any], sid: str
 ) -> None:
-    old = tstore.session(sid)
-    await commit_each(old, ("a", "b"))
-    await old.get_items()
-    assert await tstore.delete_session(sid)
-    new = tstore.session(sid)
-    await commit_each(new, ("x", "y"))
+    old = await _read_a_b(tstore, sid)
+    await _deleted_then_x_y(tstore, sid)
     with pytest.raises(SessionDeletedError):
         await old.rewind(1)
     with pytest.raises(SessionDeletedError):

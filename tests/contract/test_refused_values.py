@@ -44,6 +44,13 @@ async def _still_commits(store: Store[Any], session_id: str) -> None:
     assert await session.get_items() == [msg("after")]
 
 
+async def _staging(store: Store[Any], session_id: str, text: str) -> Any:
+    """A session of ``session_id`` with ``msg(text)`` staged."""
+    session = store.session(session_id)
+    await session.add_items([msg(text)])
+    return session
+
+
 # ------------------------------------------------------------------ finding 2: the TTL
 
 
@@ -169,8 +176,7 @@ async def test_limits_past_64_bits_are_refused_naming_them_instead_of_overflowin
 async def test_set_run_id_refuses_a_lone_surrogate_or_nul_so_later_commits_still_work(
     store: Store[Any], sid: str, bad: str
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("before")])
+    session = await _staging(store, sid, "before")
     with pytest.raises(ValueError, match="run_id"):
         session.set_run_id(bad)
     assert session.run_id is None
@@ -215,8 +221,7 @@ async def test_a_session_id_with_a_lone_surrogate_is_refused_naming_it(
 async def test_record_usage_refuses_a_count_past_64_bits_so_later_commits_still_work(
     store: Store[Any], sid: str, field: str
 ) -> None:
-    session = store.session(sid)
-    await session.add_items([msg("x")])
+    session = await _staging(store, sid, "x")
     with pytest.raises(ValueError, match=rf"usage\.{field} is 9223372036854775808"):
         session.record_usage(TurnUsage(**{field: 2**63}))
     session.record_usage(TurnUsage(**{field: 2**62}))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from typing import Any
 
@@ -150,23 +150,24 @@ class ModelMachine(RuleBasedStateMachine):
 
     @rule(index=OBJ)
     def pop_item(self, index: int) -> None:
-        real, model = self.obj(index)
-        if model.usage is not None:
-            return  # what a staged usage becomes when its staged items go: not said
-        outcome = self.world.pop(model)
-        self.call(f"pop_item#{index}", outcome, real.pop_item())
-        model.version = ANY if model.autocommit or model.version is not ANY else ANY
-        self.after_autocommit(index, outcome)
+        self.remove(index, "pop_item", self.world.pop, always=True)
 
     @rule(index=OBJ)
     def clear_session(self, index: int) -> None:
+        self.remove(index, "clear_session", self.world.clear, always=False)
+
+    def remove(
+        self, index: int, method: str, modelled: Callable[[Any], Outcome], *, always: bool
+    ) -> None:
+        """``pop_item`` or ``clear_session`` (``method``), judged by ``modelled``. The
+        version is unknown (ANY) after it: after a pop ``always``, else with autocommit."""
         real, model = self.obj(index)
         if model.usage is not None:
             return  # what a staged usage becomes when its staged items go: not said
-        outcome = self.world.clear(model)
-        if model.autocommit:
+        outcome = modelled(model)
+        if always or model.autocommit:
             model.version = ANY
-        self.call(f"clear_session#{index}", outcome, real.clear_session())
+        self.call(f"{method}#{index}", outcome, getattr(real, method)())
         self.after_autocommit(index, outcome)
 
     def avoid(self, model: ObjectModel) -> bool:

@@ -34,7 +34,7 @@ from sessions.errors import (
     TransientStorageError,
 )
 from tests.conftest import PG_DSN, require_postgres
-from tests.helpers import hold_session_row, msg, retrying
+from tests.helpers import hold_session_row, msg, pg_connection, retrying
 from tests.provision.postgres import drop_schema
 
 asyncpg = pytest.importorskip("asyncpg")
@@ -84,6 +84,26 @@ async def _activity(app: str) -> list[Any]:
 
 def _app() -> dict[str, Any]:
     return {"server_settings": {"application_name": f"txs_test_{uuid.uuid4().hex[:10]}"}}
+
+
+async def open_terminable(schema: str, max_size: int, **options: Any) -> PostgresStore:
+    """A store that retries quickly and often, as one whose backends get terminated must."""
+    return await PostgresStore.open(
+        PG_DSN,
+        schema=schema,
+        min_size=1,
+        max_size=max_size,
+        retry=RetryPolicy(attempts=8, initial_delay=0.001, max_delay=0.02),
+        **options,
+    )
+
+
+async def _child(script: str, *args: str) -> asyncio.subprocess.Process:
+    """A Python child running ``script`` with ``args``, from the repository root, its
+    stderr piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, *args, cwd=REPO, stderr=asyncio.subprocess.PIPE
+    )
 
 
 # ------------------------------------------------------------------ identifiers
@@ -340,18 +360,7 @@ async def test_eight_processes_migrate_one_fresh_schema_at_once(
 ) -> None:
     start_at = time.time() + 3.0  # all children start the schema setup together
     procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            _MIGRATE_CHILD,
-            PG_DSN,
-            fresh_schema,
-            sid,
-            str(start_at),
-            str(n),
-            cwd=REPO,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        await _child(_MIGRATE_CHILD, PG_DSN, fresh_schema, sid, str(start_at), str(n))
         for n in range(8)
     ]
     for proc in procs:
@@ -418,8 +427,7 @@ async def test_cancelled_apply_leaves_nothing_running_or_open_on_the_server(
     kw = _app()
     app = kw["server_settings"]["application_name"]
     store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=1, max_size=1, **kw)
-    blocker = await asyncpg.connect(PG_DSN)
-    try:
+    async with store, pg_connection(PG_DSN) as blocker:
         s = store.session(sid)
         await s.add_items([msg("a"), msg("b")])
         await s.commit()
@@ -448,9 +456,6 @@ async def test_cancelled_apply_leaves_nothing_running_or_open_on_the_server(
         await s.add_items([msg("c")])
         await s.commit()  # the pool is usable
         assert await store.session(sid).get_items() == [msg("a"), msg("b"), msg("c")]
-    finally:
-        await blocker.close()
-        await store.close()
 
 
 async def test_command_timeout_while_locked_then_commit_again_applies_once(
@@ -464,8 +469,7 @@ async def test_command_timeout_while_locked_then_commit_again_applies_once(
         command_timeout=0.2,
         retry=RetryPolicy(attempts=2, initial_delay=0.01, max_delay=0.01),
     )
-    blocker = await asyncpg.connect(PG_DSN)
-    try:
+    async with store, pg_connection(PG_DSN) as blocker:
         s = store.session(sid)
         await s.add_items([msg("a")])
         await s.commit()
@@ -479,9 +483,6 @@ async def test_command_timeout_while_locked_then_commit_again_applies_once(
         assert await store.session(sid).get_items() == [msg("a"), msg("b")]
         info_row = await store.session_info(sid)
         assert info_row is not None and info_row.item_count == 2
-    finally:
-        await blocker.close()
-        await store.close()
 
 
 async def test_pop_of_an_item_already_removed_is_a_conflict(pg_schema: str, sid: str) -> None:
@@ -529,9 +530,8 @@ async def test_applied_waits_for_a_commit_still_in_flight(pg_schema: str, sid: s
     connection we lost, still running on the server) must not be reported as "not
     applied": it may commit a moment later."""
     store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=1, max_size=2)
-    other = await asyncpg.connect(PG_DSN)
     batches = store.postgres.table("batches")
-    try:
+    async with store, pg_connection(PG_DSN) as other:
         for outcome, expected in (("COMMIT", {"z"}), ("ROLLBACK", set())):
             batch_id = "z" if outcome == "COMMIT" else "y"
             await other.execute("BEGIN")
@@ -552,9 +552,6 @@ async def test_applied_waits_for_a_commit_still_in_flight(pg_schema: str, sid: s
             await store.pool.fetchval(f"SELECT count(*) FROM {batches} WHERE session_id = $1", sid)
             == 1
         )
-    finally:
-        await other.close()
-        await store.close()
 
 
 async def test_backends_terminated_mid_commit_lose_and_duplicate_nothing(
@@ -564,14 +561,7 @@ async def test_backends_terminated_mid_commit_lose_and_duplicate_nothing(
     terminates our pool's backends at random moments during commits."""
     kw = _app()
     app = kw["server_settings"]["application_name"]
-    store = await PostgresStore.open(
-        PG_DSN,
-        schema=pg_schema,
-        min_size=1,
-        max_size=2,
-        retry=RetryPolicy(attempts=8, initial_delay=0.001, max_delay=0.02),
-        **kw,
-    )
+    store = await open_terminable(pg_schema, 2, **kw)
     backend = store.postgres
     in_apply = asyncio.Event()
     calls = 0
@@ -687,18 +677,7 @@ async def test_four_processes_four_tasks_one_session_contiguous_batches(
 ) -> None:
     n_proc, n_batches = 4, 16
     procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            _WRITER_CHILD,
-            PG_DSN,
-            pg_schema,
-            sid,
-            str(p),
-            str(n_batches),
-            cwd=REPO,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        await _child(_WRITER_CHILD, PG_DSN, pg_schema, sid, str(p), str(n_batches))
         for p in range(n_proc)
     ]
     for proc in procs:

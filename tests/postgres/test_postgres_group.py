@@ -11,13 +11,15 @@ import asyncio
 import json
 import random
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 
-from sessions import Batch, RetryPolicy
+from sessions import Batch
 from tests.conftest import PG_DSN, require_postgres
-from tests.helpers import msg, retrying
+from tests.helpers import msg, pg_connection, retrying
 
 asyncpg = pytest.importorskip("asyncpg")
 
@@ -25,6 +27,7 @@ from sessions.postgres import PostgresStore  # noqa: E402 - needs asyncpg
 from tests.postgres.test_postgres import (  # noqa: E402, F401 - fixtures, and a store through them
     bouncer_store,
     fresh_schema,
+    open_terminable,
     pgbouncer_dsn,
 )
 
@@ -58,14 +61,7 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
     writer committed, and groups must really have formed."""
     kw = _app()
     app = kw["server_settings"]["application_name"]
-    store = await PostgresStore.open(
-        PG_DSN,
-        schema=pg_schema,
-        min_size=1,
-        max_size=4,
-        retry=RetryPolicy(attempts=8, initial_delay=0.001, max_delay=0.02),
-        **kw,
-    )
+    store = await open_terminable(pg_schema, 4, **kw)
     killer_conn = await asyncpg.connect(PG_DSN)
     done = False
     kills = 0
@@ -126,11 +122,18 @@ async def test_sessions_committing_at_once_lose_and_duplicate_nothing_under_pg_t
         await check.close()
 
 
-async def _hold_batches(schema: str) -> Any:
-    blocker = await asyncpg.connect(PG_DSN)
-    await blocker.execute("BEGIN")
-    await blocker.execute(f'LOCK TABLE "{schema}".txs_batches IN SHARE ROW EXCLUSIVE MODE')
-    return blocker
+async def _group_store(schema: str) -> PostgresStore:
+    return await PostgresStore.open(PG_DSN, schema=schema, min_size=1, max_size=8)
+
+
+@asynccontextmanager
+async def _batches_held(schema: str) -> AsyncIterator[Any]:
+    """Another connection whose open transaction locks the batches table for the block
+    (or until it rolls back), so that commits wait for a send."""
+    async with pg_connection(PG_DSN) as blocker:
+        await blocker.execute("BEGIN")
+        await blocker.execute(f'LOCK TABLE "{schema}".txs_batches IN SHARE ROW EXCLUSIVE MODE')
+        yield blocker
 
 
 def _batch(text: str) -> Batch:
@@ -140,11 +143,10 @@ def _batch(text: str) -> Batch:
 async def test_a_cancelled_commit_that_waits_for_a_send_is_withdrawn(
     pg: None, pg_schema: str
 ) -> None:
-    store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=1, max_size=8)
+    store = await _group_store(pg_schema)
     backend = store.postgres
     run = uuid.uuid4().hex[:8]
-    blocker = await _hold_batches(pg_schema)
-    try:
+    async with store, _batches_held(pg_schema) as blocker:
         sending = {
             f"c-{run}-{i}": asyncio.ensure_future(backend.apply(f"c-{run}-{i}", [_batch(str(i))]))
             for i in range(8)
@@ -162,18 +164,15 @@ async def test_a_cancelled_commit_that_waits_for_a_send_is_withdrawn(
         assert await backend.applied(waiting.session_id, [withdrawn]) == set()
         assert await backend.load(waiting.session_id, None) == []
         assert backend._inflight == 0
-    finally:
-        await blocker.close()
-        await store.close()
 
 
 async def test_the_counters_show_lone_commits_alone_and_a_rejected_group_isolated(
     pg: None, pg_schema: str
 ) -> None:
-    store = await PostgresStore.open(PG_DSN, schema=pg_schema, min_size=1, max_size=8)
+    store = await _group_store(pg_schema)
     backend = store.postgres
     run = uuid.uuid4().hex[:8]
-    try:
+    async with store:
         session = store.session(f"n-{run}")
         for i in range(5):
             await session.add_items([msg(str(i))])
@@ -188,24 +187,19 @@ async def test_the_counters_show_lone_commits_alone_and_a_rejected_group_isolate
         await store.pool.execute(
             f"UPDATE {backend.table('sessions')} SET next_seq = 1 WHERE session_id = $1", victim
         )
-        blocker = await _hold_batches(pg_schema)
-        try:
+        async with _batches_held(pg_schema):
             tasks = [
                 asyncio.ensure_future(backend.apply(f"n-{run}-{i}", [_batch(str(i))]))
                 for i in range(10)
             ]
             tasks.append(asyncio.ensure_future(backend.apply(victim, [_batch("clash")])))
             await _until(lambda: len(backend._grouper.pending) >= 5, "commits wait for a send")
-        finally:
-            await blocker.close()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         assert [type(o).__name__ for o in outcomes[:-1]] == ["NoneType"] * 10
         assert type(outcomes[-1]).__name__ == "StorageError", outcomes[-1]
         assert "duplicate key" in str(outcomes[-1])
         stats = backend.group_stats
         assert stats.isolated == 1 and stats.largest >= 5, stats
-    finally:
-        await store.close()
 
 
 async def test_groups_through_pgbouncer_in_transaction_pooling_mode(

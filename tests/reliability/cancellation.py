@@ -164,14 +164,33 @@ async def _looked_at(
     return sid, s, before, stored, problems
 
 
-def _pop_scenario(ctx: Ctx, *, autocommit: bool) -> tuple[Make, Judge]:
+Check = Callable[[Outcome, Any, list[Any], list[Any], list[str]], Awaitable[None]]
+
+
+def _seeded_scenario(
+    ctx: Ctx, name: str, method: str, autocommit: bool, check: Check
+) -> tuple[Make, Judge]:
+    """``method`` of a session over a seeded history (:func:`_seeded`); ``check(out, s,
+    before, stored, problems)`` adds what is wrong with the outcome to ``problems``."""
     state: dict[str, Any] = {}
 
     async def make() -> Op:
-        return (await _seeded(ctx, state, "pop", autocommit)).pop_item
+        op: Op = getattr(await _seeded(ctx, state, name, autocommit), method)
+        return op
 
     async def judge(out: Outcome) -> list[str]:
         sid, s, before, stored, problems = await _looked_at(ctx, state, out)
+        await check(out, s, before, stored, problems)
+        await _finish(ctx, s, sid, problems)
+        return problems
+
+    return make, judge
+
+
+def _pop_scenario(ctx: Ctx, *, autocommit: bool) -> tuple[Make, Judge]:
+    async def check(
+        out: Outcome, s: Any, before: list[Any], stored: list[Any], problems: list[str]
+    ) -> None:
         if out.completed and out.result != before[-1]:
             problems.append(f"pop_item returned {out.result!r}, not the newest item")
         if autocommit:
@@ -195,20 +214,14 @@ def _pop_scenario(ctx: Ctx, *, autocommit: bool) -> tuple[Make, Judge]:
             view = await s.get_items()
             if view != (before[:-1] if out.completed else before):
                 problems.append("session view does not match the staged pop")
-        await _finish(ctx, s, sid, problems)
-        return problems
 
-    return make, judge
+    return _seeded_scenario(ctx, "pop", "pop_item", autocommit, check)
 
 
 def _clear_scenario(ctx: Ctx, *, autocommit: bool) -> tuple[Make, Judge]:
-    state: dict[str, Any] = {}
-
-    async def make() -> Op:
-        return (await _seeded(ctx, state, "clear", autocommit)).clear_session
-
-    async def judge(out: Outcome) -> list[str]:
-        sid, s, before, stored, problems = await _looked_at(ctx, state, out)
+    async def check(
+        out: Outcome, s: Any, before: list[Any], stored: list[Any], problems: list[str]
+    ) -> None:
         applied = out.completed or (out.started and out.interrupted)
         if autocommit:
             want = [] if applied else before
@@ -223,10 +236,8 @@ def _clear_scenario(ctx: Ctx, *, autocommit: bool) -> tuple[Make, Judge]:
                 problems.append("clear_session returned but no clear is staged")
             if not out.started and s.has_pending:
                 problems.append("clear_session never ran, yet something is staged")
-        await _finish(ctx, s, sid, problems)
-        return problems
 
-    return make, judge
+    return _seeded_scenario(ctx, "clear", "clear_session", autocommit, check)
 
 
 def _read_scenario(ctx: Ctx) -> tuple[Make, Judge]:

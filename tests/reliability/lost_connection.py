@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from sessions import RetryPolicy, Store
@@ -158,6 +159,45 @@ async def terminate_sweep(target: TargetLike) -> tuple[int, list[str], int]:
     return tries, problems, hits
 
 
+async def commit_persistently(s: Any, w: int, b: int, *, tries: int, pause: float = 0.0) -> int:
+    """Commit writer ``w``'s batch ``b``, again after each CommitError (that is safe), at
+    most ``tries`` times, sleeping ``pause`` seconds after each: how many attempts gave up.
+    AssertionError when none committed."""
+    for gave_up in range(tries):
+        try:
+            await s.commit()
+            return gave_up
+        except CommitError:
+            if pause:
+                await asyncio.sleep(pause)
+    raise AssertionError(f"writer {w}: batch {b} never committed")
+
+
+async def persistent_writer(
+    store: Store[Any],
+    sid: str,
+    w: int,
+    ledger: Ledger,
+    more: Callable[[int], bool],
+    *,
+    tries: int,
+    pause: float = 0.0,
+) -> int:
+    """Writer ``w``: commits its batches 0, 1, ... to ``sid`` while ``more(b)``, each
+    persistently (:func:`commit_persistently`), confirming each in ``ledger``; returns
+    how many commit attempts gave up."""
+    s = store.session(sid)
+    gave_up = 0
+    b = 0
+    while more(b):
+        await s.add_items(make_batch(w, b))
+        gave_up += await commit_persistently(s, w, b, tries=tries, pause=pause)
+        ledger.confirm(w, b)
+        b += 1
+    await s.close()
+    return gave_up
+
+
 async def terminate_storm(
     target: TargetLike, *, writers: int, batches: int, seed: int | None = None
 ) -> tuple[int, list[str], dict[str, Any]]:
@@ -175,27 +215,11 @@ async def terminate_storm(
     store = GatedStore(real)  # counts the commit attempts a termination interrupted
     sid = f"storm-{uuid.uuid4().hex[:10]}"
     ledger = Ledger()
-    gave_up = 0
     kills = 0
     stop = asyncio.Event()
 
-    async def writer(w: int) -> None:
-        nonlocal gave_up
-        s = store.session(sid)
-        b = 0
-        while b < batches or (not lost_commits(store.gate)[0] and b < 20 * batches):
-            await s.add_items(make_batch(w, b))
-            for _ in range(50):
-                try:
-                    await s.commit()
-                    break
-                except CommitError:
-                    gave_up += 1
-            else:
-                raise AssertionError(f"writer {w}: batch {b} never committed")
-            ledger.confirm(w, b)
-            b += 1
-        await s.close()
+    def more(b: int) -> bool:
+        return b < batches or (not lost_commits(store.gate)[0] and b < 20 * batches)
 
     async def killer() -> None:
         nonlocal kills
@@ -206,8 +230,12 @@ async def terminate_storm(
     k = asyncio.ensure_future(killer())
     problems: list[str] = []
     try:
-        results = await asyncio.gather(*(writer(w) for w in range(writers)), return_exceptions=True)
+        results = await asyncio.gather(
+            *(persistent_writer(store, sid, w, ledger, more, tries=50) for w in range(writers)),
+            return_exceptions=True,
+        )
         problems += [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+        gave_up = sum(r for r in results if isinstance(r, int))
     finally:
         stop.set()
         await k
@@ -275,6 +303,27 @@ async def lost_ack_scenario(target: TargetLike, rounds: int) -> tuple[int, list[
     return rounds, problems
 
 
+async def _commit_error(s: Any) -> CommitError | None:
+    """Commit ``s``; the CommitError it raises, or None when it commits."""
+    try:
+        await s.commit()
+    except CommitError as exc:
+        return exc
+    return None
+
+
+async def _recommit(
+    label: str, s: Any, target: TargetLike, sid: str, ledger: Ledger, b: int
+) -> list[str]:
+    """Commit writer 0's batch ``b`` again, as a caller may after CommitError: the
+    problems with the stored history after it."""
+    await s.commit()
+    ledger.confirm(0, b)
+    return [
+        f"{label}, recommit: {p}" for p in check_history(await read_history(target, sid), ledger)
+    ]
+
+
 async def give_up_scenarios(target: TargetLike) -> tuple[int, list[str]]:
     """Retries run out (``attempts=1``). The caller gets CommitError; ``outcome_known``
     is accurate; the changes are still staged; a later commit applies exactly once."""
@@ -328,12 +377,7 @@ async def give_up_scenarios(target: TargetLike) -> tuple[int, list[str]]:
         problems.append(
             "terminated mid-commit: the probe could reach the database, yet outcome_known=False"
         )
-    await s.commit()
-    ledger.confirm(0, 1)
-    problems += [
-        f"terminated mid-commit, recommit: {p}"
-        for p in check_history(await read_history(target, sid), ledger)
-    ]
+    problems += await _recommit("terminated mid-commit", s, target, sid, ledger, 1)
     await s.close()
     await real.close()
 
@@ -353,11 +397,7 @@ async def give_up_scenarios(target: TargetLike) -> tuple[int, list[str]]:
             return await orig_applied(session_id, ids)
 
         store.backend.applied = applied_while_down  # type: ignore[method-assign,assignment]
-        error = None
-        try:
-            await s.commit()
-        except CommitError as exc:
-            error = exc
+        error = await _commit_error(s)
         store.backend.applied = orig_applied  # type: ignore[method-assign]
         proxy.come_up()
         if error is not None and error.outcome_known:
@@ -365,29 +405,15 @@ async def give_up_scenarios(target: TargetLike) -> tuple[int, list[str]]:
                 "lost ack + server down: outcome_known=True although the batch was committed"
             )
         await judge("lost ack, server down", s, sid, error, ledger, 0)
-        await s.commit()
-        ledger.confirm(0, 0)
-        problems += [
-            f"lost ack, recommit: {p}"
-            for p in check_history(await read_history(target, sid), ledger)
-        ]
+        problems += await _recommit("lost ack", s, target, sid, ledger, 0)
 
         # 3. Server down before the commit: nothing can be applied.
         await s.add_items(make_batch(0, 1))
         proxy.go_down()
-        error = None
-        try:
-            await s.commit()
-        except CommitError as exc:
-            error = exc
+        error = await _commit_error(s)
         proxy.come_up()
         await judge("server down", s, sid, error, ledger, 1)
-        await s.commit()
-        ledger.confirm(0, 1)
-        problems += [
-            f"server down, recommit: {p}"
-            for p in check_history(await read_history(target, sid), ledger)
-        ]
+        problems += await _recommit("server down", s, target, sid, ledger, 1)
         await s.close()
         await store.close()
     finally:

@@ -43,14 +43,18 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sessions import RetryPolicy
-from sessions.errors import CommitError
 from tests.provision import PROVISIONS
 
 from . import report
 from .cancellation import run_sweep
 from .harness import Db, new_db, read_history
-from .invariant import Ledger, check_history, make_batch
-from .lost_connection import lost_ack_scenario, terminate_storm, terminate_sweep
+from .invariant import Ledger, check_history
+from .lost_connection import (
+    lost_ack_scenario,
+    persistent_writer,
+    terminate_storm,
+    terminate_sweep,
+)
 from .memory import run_turns
 from .processes import concurrent_first_use, concurrent_poppers, concurrent_writers, crash_scenario
 
@@ -153,27 +157,10 @@ async def r_restart(db: Db, rng: random.Random, left: float, want: int | None) -
     store = await db.open(retry=RetryPolicy(attempts=30, initial_delay=0.05, max_delay=1.0))
     sid = f"restart-{uuid.uuid4().hex[:8]}"
     ledger = Ledger()
-    gave_up = 0
     stop = asyncio.Event()
 
-    async def writer(w: int) -> None:
-        nonlocal gave_up
-        s = store.session(sid)
-        b = 0
-        while not stop.is_set() and b < 10_000:
-            await s.add_items(make_batch(w, b))
-            for _ in range(100):
-                try:
-                    await s.commit()
-                    break
-                except CommitError:
-                    gave_up += 1
-                    await asyncio.sleep(0.2)
-            else:
-                raise AssertionError(f"writer {w}: batch {b} never committed")
-            ledger.confirm(w, b)
-            b += 1
-        await s.close()
+    def more(b: int) -> bool:
+        return not stop.is_set() and b < 10_000
 
     async def until(count: int, at_least: float) -> None:
         """Let the writers go on for ``at_least`` seconds and until ``count`` commits
@@ -186,7 +173,10 @@ async def r_restart(db: Db, rng: random.Random, left: float, want: int | None) -
             await asyncio.sleep(0.05)
 
     # ``want`` (--full): the restart lands halfway through that many commits.
-    tasks = [asyncio.ensure_future(writer(w)) for w in range(4)]
+    tasks = [
+        asyncio.ensure_future(persistent_writer(store, sid, w, ledger, more, tries=100, pause=0.2))
+        for w in range(4)
+    ]
     await until((want or 0) // 2, 1.0)
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
@@ -204,6 +194,7 @@ async def r_restart(db: Db, rng: random.Random, left: float, want: int | None) -
     stop.set()
     results = await asyncio.gather(*tasks, return_exceptions=True)
     problems = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+    gave_up = sum(r for r in results if isinstance(r, int))
     if proc.returncode != 0:
         problems.append(f"restart failed ({proc.returncode}): {err.decode(errors='replace')}")
     problems += check_history(await read_history(db, sid), ledger)

@@ -323,14 +323,22 @@ async def _sqlite_exec(store: SQLiteStore, sql: str) -> Any:
     return await store.sqlite.run(lambda conn: conn.execute(sql).fetchall())
 
 
+async def _sqlite_two_attempts(path: Any) -> SQLiteStore:
+    return await SQLiteStore.open(str(path), retry=RetryPolicy(attempts=2, initial_delay=0))
+
+
+async def _one_committed(store: SQLiteStore) -> Any:
+    """Session "s" of ``store`` with ``{"n": 0}`` committed."""
+    s = store.session("s")
+    await s.add_items([{"n": 0}])
+    await s.commit()
+    return s
+
+
 async def test_sqlite_full_database_keeps_staged_changes(tmp_path: Any) -> None:
-    store = await SQLiteStore.open(
-        str(tmp_path / "full.db"), retry=RetryPolicy(attempts=2, initial_delay=0)
-    )
+    store = await _sqlite_two_attempts(tmp_path / "full.db")
     try:
-        s = store.session("s")
-        await s.add_items([{"n": 0}])
-        await s.commit()
+        s = await _one_committed(store)
         ((pages,),) = await _sqlite_exec(store, "PRAGMA page_count")
         await _sqlite_exec(store, f"PRAGMA max_page_count = {pages}")
         big = [{"blob": "x" * 200_000, "i": i} for i in range(3)]
@@ -348,13 +356,9 @@ async def test_sqlite_full_database_keeps_staged_changes(tmp_path: Any) -> None:
 
 async def test_sqlite_read_only_database_keeps_staged_changes(tmp_path: Any) -> None:
     """``PRAGMA query_only`` makes SQLite refuse every write on the store's connection."""
-    store = await SQLiteStore.open(
-        str(tmp_path / "ro.db"), retry=RetryPolicy(attempts=2, initial_delay=0)
-    )
+    store = await _sqlite_two_attempts(tmp_path / "ro.db")
     try:
-        s = store.session("s")
-        await s.add_items([{"n": 0}])
-        await s.commit()
+        s = await _one_committed(store)
         await _sqlite_exec(store, "PRAGMA query_only = ON")
         await s.add_items([{"n": 1}])
         await s.pop_item()  # pops the staged one: the pop of a staged item is local

@@ -13,12 +13,12 @@ from typing import Any
 
 from agents import SQLiteSession as SDKSQLiteSession
 
-from sessions import RetryPolicy
+from sessions import RetryPolicy, Store
 from sessions._tools.migrate import migrate, open_source
 from sessions._tools.transfer import import_sessions
 from sessions.errors import CommitError, TransientStorageError
 from tests.conftest import Target
-from tests.contract.proxy import install_proxy
+from tests.contract.proxy import ProxyBackend, install_proxy
 
 
 def write_export(path: Path, sessions: dict[str, int]) -> None:
@@ -35,20 +35,27 @@ async def stored(target: Target, sid: str) -> list[Any]:
     return await store.session(sid).get_items()
 
 
-async def test_import_retries_transient_failures_and_adds_each_item_once(
-    target: Target, tmp_path: Path, sid: str
-) -> None:
+async def _losing_every_first_reply(target: Target) -> tuple[Store[Any], ProxyBackend]:
+    """A store (3 attempts) and its proxy, which loses the reply of every other write:
+    the write IS applied, the caller hears a TransientStorageError."""
     store = await target.open(retry=RetryPolicy(attempts=3, initial_delay=0))
     proxy = install_proxy(store)
-    failures = 0
+    calls = 0
 
     async def lose_every_first_reply() -> None:
-        nonlocal failures
-        failures += 1
-        if failures % 2:  # the chunk IS written; the reply is lost
+        nonlocal calls
+        calls += 1
+        if calls % 2:  # the chunk IS written; the reply is lost
             raise TransientStorageError("reply lost", outcome_known=False)
 
     proxy.after_apply = lose_every_first_reply
+    return store, proxy
+
+
+async def test_import_retries_transient_failures_and_adds_each_item_once(
+    target: Target, tmp_path: Path, sid: str
+) -> None:
+    store, proxy = await _losing_every_first_reply(target)
     path = tmp_path / "export.jsonl"
     write_export(path, {f"{sid}-a": 7, f"{sid}-b": 3})
     result = await import_sessions(store, str(path), chunk_items=3)
@@ -125,17 +132,7 @@ async def test_migration_retries_transient_failures_and_copies_each_item_once(
     sdk = SDKSQLiteSession(sid, sdk_path)
     await sdk.add_items([{"role": "user", "content": f"m{i}"} for i in range(5)])
     sdk.close()
-    store = await target.open(retry=RetryPolicy(attempts=3, initial_delay=0))
-    proxy = install_proxy(store)
-    calls = 0
-
-    async def lose_every_first_reply() -> None:
-        nonlocal calls
-        calls += 1
-        if calls % 2:
-            raise TransientStorageError("reply lost", outcome_known=False)
-
-    proxy.after_apply = lose_every_first_reply
+    store, proxy = await _losing_every_first_reply(target)
     source = await open_source(f"sqlite:///{sdk_path}")
     try:
         report = await migrate(source, store, chunk_items=2)

@@ -126,24 +126,23 @@ class Child:
         """SIGKILL; collect what it reported until then."""
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGKILL)
-        assert self.proc.stdout is not None
-        rest = await asyncio.wait_for(self.proc.stdout.read(), CHILD_TIMEOUT)
-        for line in rest.decode().splitlines():
-            if line.startswith("done "):
-                self.done.append(line.removeprefix("done "))
-        code = await self.proc.wait()
+        code = await self._rest_then_exit()
         assert code == -signal.SIGKILL, (
             f"the child exited on its own ({code}): {await self.errors()}"
         )
 
     async def finish(self) -> None:
+        code = await self._rest_then_exit()
+        assert code == 0, await self.errors()
+
+    async def _rest_then_exit(self) -> int:
+        """Read the rest of what the child says (noting each ``done``), then its exit code."""
         assert self.proc.stdout is not None
-        out = await asyncio.wait_for(self.proc.stdout.read(), CHILD_TIMEOUT)
-        for line in out.decode().splitlines():
+        rest = await asyncio.wait_for(self.proc.stdout.read(), CHILD_TIMEOUT)
+        for line in rest.decode().splitlines():
             if line.startswith("done "):
                 self.done.append(line.removeprefix("done "))
-        code = await self.proc.wait()
-        assert code == 0, await self.errors()
+        return await self.proc.wait()
 
     async def errors(self) -> str:
         if self.proc.stderr is None:

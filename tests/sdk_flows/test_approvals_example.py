@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,19 +32,13 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from tests.helpers import free_port, wait_until_healthy  # noqa: E402
 from tests.sdk import need_sdk  # noqa: E402
 
 pytestmark = pytest.mark.sdk_flow
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "approvals.py"
 START_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Server:
@@ -80,18 +73,7 @@ class Server:
             cwd=self.tmp_path,
         )
         log.close()
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            if self.proc.poll() is not None:
-                pytest.fail(f"the example exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                if httpx.get(f"{self.base}/healthz", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"the example did not answer /healthz within {START_TIMEOUT}s")
-            time.sleep(0.1)
+        wait_until_healthy(self.proc, self.base, START_TIMEOUT, self.log)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -19,13 +19,11 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -34,17 +32,11 @@ pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
 from sessions import SQLiteStore  # noqa: E402
+from tests.helpers import free_port, wait_until_healthy  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "fastapi_chat.py"
 DISCONNECTS = 30
 CONVERSATION = "alice"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def read_events(lines: Any, stop_after_deltas: int | None) -> list[tuple[str, Any]]:
@@ -68,6 +60,11 @@ def answer_text(item: dict[str, Any]) -> str:
     return "".join(part["text"] for part in item["content"])
 
 
+def _read_from_start(log: IO[str]) -> str:
+    log.seek(0)
+    return log.read()
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Any:
     port = free_port()
@@ -84,19 +81,7 @@ def server(tmp_path: Path) -> Any:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                log.seek(0)
-                pytest.fail(f"the example exited with {proc.returncode}:\n{log.read()}")
-            try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("the example did not answer /healthz within 30 s")
-            time.sleep(0.1)
+        wait_until_healthy(proc, base, 30, lambda: _read_from_start(log))
         yield proc, base, db, log
     finally:
         if proc.poll() is None:

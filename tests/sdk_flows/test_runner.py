@@ -302,6 +302,13 @@ async def _check_whole(store: Store[Any], target: Target, session_id: str, spy: 
     return stored
 
 
+def _tool_run_streamed(session: Any, tag: str) -> Any:
+    """A streamed run of the tool agent's script ``tag``, "go", into ``session``."""
+    return Runner.run_streamed(
+        tool_agent(ScriptedModel(tool_script(tag))), "go", session=session, run_config=NO_TRACE
+    )
+
+
 def _cancel(result: Any, mode: str) -> None:
     """``result.cancel(mode=...)``; before 0.4.0 ``cancel()`` had no mode and was immediate."""
     if has("cancel_mode"):
@@ -327,12 +334,7 @@ async def test_result_cancel_after_every_event(target: Target, sid: str, mode: s
         result: Any = None
         seen = 0
         async with session.transaction():
-            result = Runner.run_streamed(
-                tool_agent(ScriptedModel(tool_script(f"k{k}"))),
-                "go",
-                session=session,
-                run_config=NO_TRACE,
-            )
+            result = _tool_run_streamed(session, f"k{k}")
             if k == 0:
                 _cancel(result, mode)
             async for _ in result.stream_events():
@@ -386,12 +388,7 @@ async def test_consumer_cancelled_mid_stream(
             k: int = k,
         ) -> None:
             async with session.transaction():
-                result = Runner.run_streamed(
-                    tool_agent(ScriptedModel(tool_script(f"c{k}"))),
-                    "go",
-                    session=session,
-                    run_config=NO_TRACE,
-                )
+                result = _tool_run_streamed(session, f"c{k}")
                 started.set_result(result)
                 seen = 0
                 async for _ in result.stream_events():

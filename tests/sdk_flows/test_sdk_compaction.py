@@ -170,14 +170,14 @@ def always_compacting(
     """A compaction session over ``opened`` that compacts every turn (``mode``), and its
     fake client."""
     client = FakeCompactClient()
-    compacting = Compaction(
-        sid,
-        opened.session,
-        client=client,
-        compaction_mode=mode,
-        should_trigger_compaction=lambda _: True,
+    return every_turn(Compaction, sid, opened.session, client, mode), client
+
+
+def every_turn(Compaction: Any, sid: str, session: Any, client: Any, mode: str = "input") -> Any:
+    """A compaction session over ``session`` that compacts (``mode``) after every turn."""
+    return Compaction(
+        sid, session, client=client, compaction_mode=mode, should_trigger_compaction=lambda _: True
     )
-    return compacting, client
 
 
 async def test_manual_compaction_replaces_the_whole_history_in_one_write(
@@ -266,13 +266,7 @@ async def test_a_write_after_the_snapshot_cancels_the_replacement(
     async def meanwhile() -> None:
         await opened.session.add_items([msg("newer")])
 
-    compacting = Compaction(
-        sid,
-        opened.session,
-        client=FakeCompactClient(during=meanwhile),
-        compaction_mode="input",
-        should_trigger_compaction=lambda _: True,
-    )
+    compacting = every_turn(Compaction, sid, opened.session, FakeCompactClient(during=meanwhile))
     with caplog.at_level(logging.WARNING):
         await turn(opened, compacting, "q3", settings(1))
     assert "Skipped compaction replacement" in caplog.text
@@ -307,13 +301,7 @@ async def test_another_writer_between_snapshot_and_commit_is_refused_by_the_data
     async def arm() -> None:
         armed["on"] = True  # the next commit is the replacement's (or the transaction's)
 
-    compacting = Compaction(
-        sid,
-        ours.session,
-        client=FakeCompactClient(during=arm),
-        compaction_mode="input",
-        should_trigger_compaction=lambda _: True,
-    )
+    compacting = every_turn(Compaction, sid, ours.session, FakeCompactClient(during=arm))
     if ours.buffered:
         with pytest.raises(CommitConflictError):
             await turn(ours, compacting, "q3", settings(2))
@@ -338,13 +326,7 @@ async def test_a_replacement_the_database_rejects_leaves_the_history_as_it_was(
     await ours.seed([msg("poison 1"), *SEED[1:]])
     await ours.target.add_poison_trigger(sid)  # the summary quotes "poison 1"
     try:
-        compacting = Compaction(
-            sid,
-            ours.session,
-            client=FakeCompactClient(),
-            compaction_mode="input",
-            should_trigger_compaction=lambda _: True,
-        )
+        compacting = every_turn(Compaction, sid, ours.session, FakeCompactClient())
         with pytest.raises(Exception, match="poisoned item"):
             await turn(ours, compacting, "q3")
     finally:
@@ -670,13 +652,7 @@ async def test_a_subclass_that_redacts_in_add_items_redacts_the_compaction_summa
         need_sdk("agents.testing")  # the stand-in model gives no response id: no compaction
     async with as_subclass(opened, redacting) as sub:
         await sub.seed(SEED)
-        compacting = Compaction(
-            sid,
-            sub.session,
-            client=SummaryWithASecret(),
-            compaction_mode="input",
-            should_trigger_compaction=lambda _: True,
-        )
+        compacting = every_turn(Compaction, sid, sub.session, SummaryWithASecret())
         await compact(sub, compacting, how)
         (stored,) = await sub.stored()
         assert SECRET not in json.dumps(stored)
@@ -737,13 +713,20 @@ async def test_a_subclass_that_overrides_a_session_method_is_offered_no_hook(
         assert await sub.stored() == SEED
 
 
-async def test_a_subclass_that_overrides_no_session_method_keeps_the_one_write_path(
-    opened: Opened, sid: str
-) -> None:
+def one_write_compaction(opened: Opened) -> Any:
+    """The SDK's compaction session class, where the SDK has snapshots and (for an
+    unbuffered session) replaces in one write."""
     Compaction = compaction_session()
     need_sdk("compaction_snapshot")
     if not opened.buffered:
         need_sdk("atomic_replace_items")
+    return Compaction
+
+
+async def test_a_subclass_that_overrides_no_session_method_keeps_the_one_write_path(
+    opened: Opened, sid: str
+) -> None:
+    Compaction = one_write_compaction(opened)
     async with as_subclass(opened, plain_subclass) as sub:
         await sub.seed(SEED)
         assert await sub.session._get_compaction_snapshot(5) is not None
@@ -760,10 +743,7 @@ async def test_a_subclass_that_overrides_the_hook_itself_is_offered_it(
 ) -> None:
     """The opt-in: a subclass that redacts in ``add_items`` and in its own
     ``_atomic_replace_items`` (calling ours) gets the one-write replacement."""
-    Compaction = compaction_session()
-    need_sdk("compaction_snapshot")
-    if not opened.buffered:
-        need_sdk("atomic_replace_items")
+    Compaction = one_write_compaction(opened)
     async with as_subclass(opened, redacting_with_its_own_hook) as sub:
         await sub.seed(SEED)
         assert await sub.session._get_compaction_snapshot(5) is None  # not overridden

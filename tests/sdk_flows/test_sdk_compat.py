@@ -50,11 +50,8 @@ async def open_session(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncI
         stores.append(store)
 
         async def stored() -> list[Any]:
-            reader = await SQLiteStore.open(tmp_path / "txs.db")
-            try:
+            async with await SQLiteStore.open(tmp_path / "txs.db") as reader:
                 return await reader.session(sid).get_items()
-            finally:
-                await reader.close()
 
         return store.session(sid), stored
 

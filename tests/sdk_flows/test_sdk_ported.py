@@ -392,6 +392,14 @@ async def test_session_settings(make: Sessions, sid: str) -> None:
 # --------------------------------------------------------------------------- with the runner
 
 
+async def _exchanged(session: Any, said: str, reply: str) -> tuple[Any, list[Any]]:
+    """``session`` holding one exchange (``said``, then the assistant's ``reply``), and
+    that exchange."""
+    history = [msg(said), msg(reply, "assistant")]
+    await session.add_items(history)
+    return session, history
+
+
 async def _run(method: str, agent: Agent[Any], text: Any, **kwargs: Any) -> Any:
     if method == "run":
         return await Runner.run(
@@ -456,9 +464,7 @@ async def test_runner_keeps_sessions_apart(make: Sessions, sid: str, method: str
 @pytest.mark.parametrize("method", METHODS)
 async def test_runner_appends_list_input(make: Sessions, sid: str, method: str) -> None:
     need_sdk("list_input_with_session")
-    session = make(sid)
-    history = [msg("Earlier message"), msg("Saved reply", "assistant")]
-    await session.add_items(history)
+    session, history = await _exchanged(make(sid), "Earlier message", "Saved reply")
     agent, model = scripted("This should run")
     await _run(method, agent, [msg("Test message")], session=session)
     assert model.calls[-1].input == [*history, msg("Test message")]
@@ -468,9 +474,7 @@ async def test_runner_appends_list_input(make: Sessions, sid: str, method: str) 
 @pytest.mark.parametrize("method", METHODS)
 async def test_runner_input_callback(make: Sessions, sid: str, method: str) -> None:
     need_sdk("session_input_callback")
-    session = make(sid)
-    history = [msg("Hello there."), msg("Hi, I'm here to assist you.", "assistant")]
-    await session.add_items(history)
+    session, history = await _exchanged(make(sid), "Hello there.", "Hi, I'm here to assist you.")
 
     def users_only(old: list[Any], new: list[Any]) -> list[Any]:
         return [item for item in old if item["role"] == "user"] + new

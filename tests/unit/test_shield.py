@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import sys
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -21,6 +22,22 @@ pytestmark = pytest.mark.asyncio
 async def _settle() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
+
+
+async def _on_cancel(waited: Awaitable[object], then: Callable[[], Awaitable[object]]) -> None:
+    """Await ``waited``; cancelled, await ``then()`` and raise the cancellation on."""
+    try:
+        await waited
+    except asyncio.CancelledError:
+        await then()
+        raise
+
+
+async def _past_deadline(work: Awaitable[Any], **options: Any) -> DeadlineExceeded:
+    """What ``shielded(work, **options)`` raises: it must be DeadlineExceeded."""
+    with pytest.raises(DeadlineExceeded) as info:
+        await shielded(work, **options)
+    return info.value
 
 
 async def test_returns_the_work_result_and_raises_its_error() -> None:
@@ -93,17 +110,12 @@ async def test_the_cancellation_is_raised_chained_to_the_work_failure() -> None:
 async def test_a_deadline_cancels_the_work_and_raises_deadline_exceeded() -> None:
     seen: list[str] = []
 
-    async def work() -> None:
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
+    async def note() -> None:
+        seen.append("cancelled")
 
-    with pytest.raises(DeadlineExceeded) as info:
-        await shielded(work(), timeout=0.05)
-    assert info.value.finished is True
-    assert info.value.timeout == 0.05
+    exceeded = await _past_deadline(_on_cancel(asyncio.sleep(10), note), timeout=0.05)
+    assert exceeded.finished is True
+    assert exceeded.timeout == 0.05
     assert seen == ["cancelled"]
 
 
@@ -111,18 +123,13 @@ async def test_work_outliving_its_grace_goes_on_in_the_background() -> None:
     release: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     steps: list[str] = []
 
-    async def work() -> None:
-        try:
-            await asyncio.sleep(10)
-        except asyncio.CancelledError:
-            steps.append("cleanup started")
-            await release  # a cleanup that takes longer than the grace
-            steps.append("cleanup ended")
-            raise
+    async def cleanup() -> None:
+        steps.append("cleanup started")
+        await release  # a cleanup that takes longer than the grace
+        steps.append("cleanup ended")
 
-    with pytest.raises(DeadlineExceeded) as info:
-        await shielded(work(), timeout=0.02, grace=0.02)
-    assert info.value.finished is False
+    work = _on_cancel(asyncio.sleep(10), cleanup)
+    assert (await _past_deadline(work, timeout=0.02, grace=0.02)).finished is False
     assert steps == ["cleanup started"]
     release.set_result(None)
     await _settle()
@@ -281,16 +288,10 @@ async def test_a_deadline_releases_a_firm_future_and_cancels_the_work_waiting_on
     firm = _firm()
     seen: list[str] = []
 
-    async def work() -> None:
-        try:
-            await firm
-        except asyncio.CancelledError:
-            seen.append("cancelled")
-            raise
+    async def note() -> None:
+        seen.append("cancelled")
 
-    with pytest.raises(DeadlineExceeded) as info:
-        await shielded(work(), timeout=0.05)
-    assert info.value.finished is True
+    assert (await _past_deadline(_on_cancel(firm, note), timeout=0.05)).finished is True
     assert firm.cancelled()
     assert seen == ["cancelled"]
 
