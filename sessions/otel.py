@@ -54,37 +54,32 @@ class _Observer:
 
     def __init__(self, meter: metrics.Meter, tracer: trace.Tracer) -> None:
         self._tracer = tracer
-        self._duration = meter.create_histogram(
+        histogram, counter = meter.create_histogram, meter.create_counter
+        self._duration = histogram(
             "db.client.operation.duration",
-            unit="s",
-            description="Duration of txsessions commits and loads.",
+            "s",
+            "Duration of txsessions commits and loads.",
             explicit_bucket_boundaries_advisory=_BUCKETS,
         )
-        self._items = meter.create_histogram(
-            "txsessions.commit.items", unit="{item}", description="Items written per commit."
-        )
-        self._retries = meter.create_counter(
-            "txsessions.commit.retries", unit="{retry}", description="Commit attempts retried."
-        )
-        self._conflicts = meter.create_counter(
+        self._items = histogram("txsessions.commit.items", "{item}", "Items written per commit.")
+        self._retries = counter("txsessions.commit.retries", "{retry}", "Commit attempts retried.")
+        self._conflicts = counter(
             "txsessions.commit.conflicts",
-            unit="{commit}",
-            description="Commits refused because another writer changed the history.",
+            "{commit}",
+            "Commits refused because another writer changed the history.",
         )
-        self._unknown = meter.create_counter(
+        self._unknown = counter(
             "txsessions.commit.unknown_outcomes",
-            unit="{commit}",
-            description="Commits that ended without knowing whether they were applied.",
+            "{commit}",
+            "Commits that ended without knowing whether they were applied.",
         )
-        self._group = meter.create_histogram(
-            "txsessions.group_commit.size",
-            unit="{commit}",
-            description="Commits that shared one transaction.",
+        self._group = histogram(
+            "txsessions.group_commit.size", "{commit}", "Commits that shared one transaction."
         )
-        self._wait = meter.create_histogram(
+        self._wait = histogram(
             "db.client.connection.wait_time",
-            unit="s",
-            description="Time waited for a pooled connection.",
+            "s",
+            "Time waited for a pooled connection.",
             explicit_bucket_boundaries_advisory=_BUCKETS,
         )
 

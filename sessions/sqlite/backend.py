@@ -13,20 +13,11 @@ import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._engine.group import Entry, Outcome
 from .._engine.shield import Firm
-from .._model.backend import (
-    Batch,
-    BranchRow,
-    QuarantineEntry,
-    Row,
-    SessionFilter,
-    SessionInfo,
-    TurnRow,
-    TurnUsage,
-)
+from .._model.backend import BranchRow, QuarantineEntry, TurnUsage
 from .._model.catalogue import MAX_TTL
 from .._model.validate import validate_seconds
 from ..errors import StorageError, StoreClosedError
@@ -52,6 +43,9 @@ from .sql import (
     USAGE_COLUMNS,
 )
 from .worker import Worker, WorkerStoppedError
+
+if TYPE_CHECKING:
+    from .._model.backend import Batch, Row, SessionFilter, SessionInfo, TurnRow
 
 __all__ = ["SQLiteBackend"]
 

@@ -124,19 +124,23 @@ class SessionCore(AsyncResource):
     @property
     def commit_timeout(self) -> float:
         """Seconds ``commit()``, an autocommit write or ``close()`` may hold its caller."""
-        if self._commit_timeout is not None:
-            return self._commit_timeout
-        store = self.store
-        return DEFAULT_COMMIT_TIMEOUT if store is None else store.commit_timeout
+        return self._own_or_store(
+            self._commit_timeout, lambda store: store.commit_timeout, DEFAULT_COMMIT_TIMEOUT
+        )
 
     @property
     def integrity(self) -> Integrity:
         """What ``commit()`` does with history the API would refuse (the session's
         ``integrity=``, else its store's)."""
-        if self._integrity is not None:
-            return self._integrity
+        return self._own_or_store(self._integrity, lambda store: store.integrity, DEFAULT_INTEGRITY)
+
+    def _own_or_store(self, own: T | None, of_store: Callable[[Store[Any]], T], default: T) -> T:
+        """A setting's value: the session's own, else its store's, else ``default`` (no
+        store yet)."""
+        if own is not None:
+            return own
         store = self.store
-        return DEFAULT_INTEGRITY if store is None else store.integrity
+        return default if store is None else of_store(store)
 
     @property
     def pending(self) -> PendingChanges:

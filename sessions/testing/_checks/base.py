@@ -47,6 +47,16 @@ async def holding(ctx: Context, sid: str, *texts: str) -> Any:
     return session
 
 
+async def popped(ctx: Context, sid: str, label: str) -> Any:
+    """A handle on ``sid`` holding ``"1"``, ``"2"``, ``"3"`` whose ``pop_item()`` has
+    returned ``"3"`` and which then reads ``"1"``, ``"2"`` (``label``: that read's name
+    in a failure)."""
+    session = await holding(ctx, sid, "1", "2", "3")
+    expect_equal(await session.pop_item(), msg("3"), "pop_item()")
+    expect_equal(await session.get_items(), [msg("1"), msg("2")], label)
+    return session
+
+
 # ------------------------------------------------------------------------ items
 
 
@@ -163,9 +173,7 @@ async def limit_applies_to_stored_history(ctx: Context) -> None:
 async def pop_returns_the_newest_item_and_removes_it(ctx: Context) -> None:
     """pop_item returns the newest item; it is gone from the history."""
     sid = ctx.new_id()
-    session = await holding(ctx, sid, "1", "2", "3")
-    expect_equal(await session.pop_item(), msg("3"), "pop_item()")
-    expect_equal(await session.get_items(), [msg("1"), msg("2")], "get_items() after the pop")
+    session = await popped(ctx, sid, "get_items() after the pop")
     await ctx.flush(session)
     expect_equal(await ctx.stored(sid), [msg("1"), msg("2")], "history after the pop")
 

@@ -10,7 +10,7 @@ import asyncio
 from .._capabilities import Capability
 from .._spec import ConformanceFailure, Context, check, expect, expect_equal, msg
 from .._subject import WriteHooks
-from .base import holding
+from .base import holding, popped
 
 __all__: list[str] = []
 
@@ -160,9 +160,7 @@ async def transaction_rolls_back_on_cancellation(ctx: Context) -> None:
 async def staged_pop_removes_the_tail(ctx: Context) -> None:
     """A pop of stored history shows at once in reads and reaches storage at commit."""
     sid = ctx.new_id()
-    session = await holding(ctx, sid, "1", "2", "3")
-    expect_equal(await session.pop_item(), msg("3"), "pop_item()")
-    expect_equal(await session.get_items(), [msg("1"), msg("2")], "get_items()")
+    session = await popped(ctx, sid, "get_items()")
     expect_equal(await session.get_items(limit=1), [msg("2")], "get_items(limit=1)")
     expect_equal(await ctx.stored(sid), [msg("1"), msg("2"), msg("3")], "history before commit")
     await session.commit()
