@@ -303,7 +303,7 @@ async def test_a_limited_read_never_starts_with_an_orphan_output(
 async def test_the_compaction_hook_refuses_to_split_a_call_from_its_output(
     store: Store[Any], sid: str
 ) -> None:
-    from sessions import _compaction
+    from sessions._engine import compaction as _compaction
 
     session = store.session(sid)
     await session.add_items(

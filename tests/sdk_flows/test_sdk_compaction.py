@@ -494,7 +494,7 @@ async def test_a_pairing_rule_in_the_hook_can_refuse_a_replacement(
     opened: Opened, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``sessions._engine.compaction.PAIRING_CHECK``: where issue 14's tool-pairing rules plug in."""
-    from sessions import _compaction
+    from sessions._engine import compaction as _compaction
 
     await five_items(opened)
     asked: list[list[str]] = []
