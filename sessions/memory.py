@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._engine.session import BufferedSession
 from ._engine.store import Store
+from ._engine.storebase import BackendView, borrowed_store
 from ._model.backend import (
     Batch,
     BranchRow,
@@ -465,31 +466,6 @@ class MemoryBackend:
         return pruned
 
 
-class MemoryStore(Store["MemorySession"]):
-    """Sessions over one :class:`MemoryBackend`.
-
-    ``store = await MemoryStore.open()`` makes a backend of its own;
-    ``MemoryStore.open(backend)`` shares one, like a second connection to a database.
-    """
-
-    backend_class = MemoryBackend
-
-    def __init__(self, backend: MemoryBackend, **keywords: Unpack[StoreKeywords]) -> None:
-        super().__init__(backend, **keywords)
-        self.session_class = MemorySession
-        self.memory = backend
-
-    @classmethod
-    async def open(
-        cls, backend: MemoryBackend | None = None, **keywords: Unpack[StoreKeywords]
-    ) -> MemoryStore:
-        """A store over ``backend`` (a new, empty one when ``None``); the settings
-        (:class:`~sessions._model.options.StoreKeywords`) as :class:`~sessions.Store` takes them."""
-        check_keywords(keywords, STORE_KEYWORDS, "MemoryStore.open")
-        shared = MemoryBackend() if backend is None else backend
-        return cls(shared, **keywords)
-
-
 class MemorySession(BufferedSession):
     """A buffered session kept in memory.
 
@@ -508,11 +484,8 @@ class MemorySession(BufferedSession):
     ) -> None:
         settings, common = session_keywords(keywords, "MemorySession")
         if store is not None:
-            if backend is not None:
-                raise TypeError("pass either backend= or store=, not both")
-            if not isinstance(store, MemoryStore):
-                raise TypeError(f"store must be a MemoryStore, got {type(store).__name__}")
-            super().__init__(session_id, store=store, **common)
+            borrowed = borrowed_store(store, MemoryStore, "MemorySession", {"backend": backend})
+            super().__init__(session_id, store=borrowed, **common)
             return
         if backend is not None and not isinstance(backend, MemoryBackend):
             raise TypeError(f"backend must be a MemoryBackend, got {type(backend).__name__}")
@@ -523,3 +496,25 @@ class MemorySession(BufferedSession):
             return MemoryStore(shared, commit_timeout=store_timeout)
 
         super().__init__(session_id, store_factory=factory, **common)
+
+
+class MemoryStore(Store["MemorySession"]):
+    """Sessions over one :class:`MemoryBackend`.
+
+    ``store = await MemoryStore.open()`` makes a backend of its own;
+    ``MemoryStore.open(backend)`` shares one, like a second connection to a database.
+    """
+
+    backend_class = MemoryBackend
+    session_class = MemorySession
+    memory = BackendView(MemoryBackend)
+
+    @classmethod
+    async def open(
+        cls, backend: MemoryBackend | None = None, **keywords: Unpack[StoreKeywords]
+    ) -> MemoryStore:
+        """A store over ``backend`` (a new, empty one when ``None``); the settings
+        (:class:`~sessions._model.options.StoreKeywords`) as :class:`~sessions.Store` takes them."""
+        check_keywords(keywords, STORE_KEYWORDS, "MemoryStore.open")
+        shared = MemoryBackend() if backend is None else backend
+        return cls(shared, **keywords)

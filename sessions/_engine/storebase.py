@@ -5,8 +5,8 @@ marks, the sessions it makes, its lifecycle."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, overload
 
 from .._model.backend import Backend
 from .._model.options import (
@@ -27,11 +27,50 @@ if TYPE_CHECKING:
 
     from typing_extensions import Unpack
 
-    from .._model.options import SessionKeywords, StoreKeywords
+    from .._model.options import SessionKeywords, StoreKeywords, StoreOptions
 
-__all__ = ["StoreBase"]
+__all__ = ["BackendView", "StoreBase", "borrowed_store"]
 
 S = TypeVar("S")
+B = TypeVar("B", bound=Backend)
+T = TypeVar("T")
+SB = TypeVar("SB", bound="StoreBase[Any]")
+
+
+def borrowed_store(store: object, kind: type[T], session: str, owned: Mapping[str, object]) -> T:
+    """``store`` as a session of ``session``'s kind borrows it (``store=``): a ``kind``,
+    given none of the settings in ``owned`` (their names and values), which the store
+    already holds."""
+    if not isinstance(store, kind):
+        raise TypeError(f"store must be a {kind.__name__}, got {type(store).__name__}")
+    given = [name for name, value in owned.items() if value is not None]
+    if given:
+        names = ", ".join(given[:-1]) + " and " + given[-1] if len(given) > 1 else given[0]
+        raise TypeError(
+            f"{session}: {names} cannot be combined with store= (the store already holds "
+            f"{'them' if len(given) > 1 else 'it'})"
+        )
+    return store
+
+
+class BackendView(Generic[B]):
+    """A store kind's own name for its backend, typed as that kind:
+    ``sqlite = BackendView(SQLiteBackend)`` makes ``store.sqlite`` the
+    :class:`~sessions.sqlite.SQLiteBackend` that ``store.backend`` is."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: type[B]) -> None:
+        self.kind = kind
+
+    @overload
+    def __get__(self, store: None, owner: type[Any]) -> BackendView[B]: ...
+    @overload
+    def __get__(self, store: StoreBase[Any], owner: type[Any]) -> B: ...
+    def __get__(self, store: StoreBase[Any] | None, owner: type[Any]) -> BackendView[B] | B:
+        if store is None:
+            return self
+        return cast(B, store.backend)
 
 
 class _CommitSlot:
@@ -104,6 +143,14 @@ class StoreBase(AsyncResource, Generic[S]):
         """What commits of this store's sessions do with history the API would refuse:
         ``"reject"``, ``"quarantine"`` or ``"off"`` (sessions may override it)."""
         return self._integrity
+
+    @classmethod
+    def opened(cls: type[SB], backend: Backend, settings: StoreOptions, operation: str) -> SB:
+        """A store over ``backend`` that ``operation`` (``"open"``, ...) has just opened,
+        bound to the running event loop."""
+        store = cls(backend, options=settings)
+        store.check_usable(operation)
+        return store
 
     def check_usable(self, operation: str) -> None:
         """Refuse use once closing, or from an event loop other than the store's."""

@@ -62,15 +62,25 @@ class Mismatch:
 
 @dataclass
 class MigrationReport:
+    """What :func:`migrate` did; :attr:`ok` when every session the source has was
+    copied whole (or was there already)."""
+
     sessions: int = 0
+    """Sessions the source has."""
     source_rows: int = 0
+    """Item rows the source has, corrupt ones included."""
     copied: int = 0
+    """Items written to the target by this run."""
     already_present: int = 0
+    """Items the target had already (from an earlier, perhaps interrupted, run)."""
     corrupt_skipped: int = 0
+    """Source rows that are not a JSON object: not history (the SDK skips them too)."""
     mismatches: list[Mismatch] = field(default_factory=list)
+    """Sessions left uncopied or whose item counts differ at the end."""
 
     @property
     def ok(self) -> bool:
+        """No session was left uncopied and every count matches."""
         return not self.mismatches
 
 

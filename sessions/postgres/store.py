@@ -11,6 +11,7 @@ import asyncpg  # type: ignore[import-untyped]
 
 from .._engine.session import BufferedSession
 from .._engine.store import Store
+from .._engine.storebase import BackendView, borrowed_store
 from .._model.options import (
     STORE_KEYWORDS,
     StoreOptions,
@@ -32,6 +33,57 @@ if TYPE_CHECKING:
 __all__ = ["PostgresSession", "PostgresStore"]
 
 
+class PostgresSession(BufferedSession):
+    """A buffered session stored in PostgreSQL.
+
+    ``PostgresSession(session_id, dsn)`` opens a small pool of its own on first use and
+    closes it in :meth:`close`: fine for scripts, not for servers (one pool per
+    session). Threads that each run an event loop of their own may share it: each loop
+    gets a pool of its own (``docs/threads.md``). Servers share one :class:`PostgresStore` and call
+    ``store.session(session_id)`` (or pass ``store=``, which is borrowed, not closed;
+    then ``dsn``, ``schema`` and ``table_prefix`` belong to the store and may not be given).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        dsn: str | None = None,
+        *,
+        schema: str | None = None,
+        table_prefix: str | None = None,
+        store: PostgresStore | None = None,
+        **keywords: Unpack[SessionKeywords],
+    ) -> None:
+        settings, common = session_keywords(keywords, "PostgresSession")
+        if store is not None:
+            owned = {"dsn": dsn, "schema": schema, "table_prefix": table_prefix}
+            borrowed = borrowed_store(store, PostgresStore, "PostgresSession", owned)
+            super().__init__(session_id, store=borrowed, **common)
+            return
+        if not isinstance(dsn, str) or not dsn:
+            raise TypeError(
+                "PostgresSession needs a dsn (a non-empty str) or store=, "
+                f"got a {type(dsn).__name__}"
+            )
+        names = _validate_names(
+            "public" if schema is None else schema, "txs_" if table_prefix is None else table_prefix
+        )
+        store_timeout = settings.commit_timeout  # None: the store's default
+        url = dsn
+
+        async def factory() -> Store[Any]:
+            return await PostgresStore.open(
+                url,
+                min_size=1,
+                max_size=2,
+                schema=names[0],
+                table_prefix=names[1],
+                commit_timeout=store_timeout,
+            )
+
+        super().__init__(session_id, store_factory=factory, **common)
+
+
 class PostgresStore(Store["PostgresSession"]):
     """PostgreSQL shared by many sessions through one asyncpg pool.
 
@@ -41,11 +93,8 @@ class PostgresStore(Store["PostgresSession"]):
     """
 
     backend_class = PostgresBackend
-
-    def __init__(self, backend: PostgresBackend, **keywords: Unpack[StoreKeywords]) -> None:
-        super().__init__(backend, **keywords)
-        self.session_class = PostgresSession
-        self.postgres = backend
+    session_class = PostgresSession
+    postgres = BackendView(PostgresBackend)
 
     @classmethod
     async def open(
@@ -102,8 +151,7 @@ class PostgresStore(Store["PostgresSession"]):
             )
             backend._reset_skipper = skipper
             await backend.migrate(create=create)
-            store = cls(backend, options=settings)
-            store.check_usable("open")
+            store = cls.opened(backend, settings, "open")
         except BaseException:
             pool.terminate()
             raise
@@ -130,9 +178,7 @@ class PostgresStore(Store["PostgresSession"]):
         settings = store_options(keywords, "PostgresStore.from_pool")
         backend = PostgresBackend(pool, schema=schema, table_prefix=table_prefix, owns_pool=False)
         await backend.migrate(create=create)
-        store = cls(backend, options=settings)
-        store.check_usable("from_pool")
-        return store
+        return cls.opened(backend, settings, "from_pool")
 
     @property
     def pool(self) -> Any:
@@ -141,69 +187,13 @@ class PostgresStore(Store["PostgresSession"]):
 
     @property
     def schema(self) -> str:
+        """The PostgreSQL schema holding this store's tables."""
         return self.postgres.schema
 
     @property
     def table_prefix(self) -> str:
+        """What this store's table names start with (``txs_`` by default)."""
         return self.postgres.table_prefix
 
     def _describe(self) -> str:
         return f"PostgresStore (schema {self.schema!r}, table prefix {self.table_prefix!r})"
-
-
-class PostgresSession(BufferedSession):
-    """A buffered session stored in PostgreSQL.
-
-    ``PostgresSession(session_id, dsn)`` opens a small pool of its own on first use and
-    closes it in :meth:`close`: fine for scripts, not for servers (one pool per
-    session). Threads that each run an event loop of their own may share it: each loop
-    gets a pool of its own (``docs/threads.md``). Servers share one :class:`PostgresStore` and call
-    ``store.session(session_id)`` (or pass ``store=``, which is borrowed, not closed;
-    then ``dsn``, ``schema`` and ``table_prefix`` belong to the store and may not be given).
-    """
-
-    def __init__(
-        self,
-        session_id: str,
-        dsn: str | None = None,
-        *,
-        schema: str | None = None,
-        table_prefix: str | None = None,
-        store: PostgresStore | None = None,
-        **keywords: Unpack[SessionKeywords],
-    ) -> None:
-        settings, common = session_keywords(keywords, "PostgresSession")
-        if store is not None:
-            if not isinstance(store, PostgresStore):
-                raise TypeError(f"store must be a PostgresStore, got {type(store).__name__}")
-            pairs = (("dsn", dsn), ("schema", schema), ("table_prefix", table_prefix))
-            given = [name for name, value in pairs if value is not None]
-            if given:
-                raise TypeError(
-                    f"PostgresSession: {', '.join(given)} cannot be combined with store= "
-                    "(the store already has its database and tables)"
-                )
-            super().__init__(session_id, store=store, **common)
-            return
-        if not isinstance(dsn, str) or not dsn:
-            raise TypeError(
-                "PostgresSession needs a dsn (a non-empty str) or store=, "
-                f"got a {type(dsn).__name__}"
-            )
-        names = _validate_names(
-            "public" if schema is None else schema, "txs_" if table_prefix is None else table_prefix
-        )
-        store_timeout = settings.commit_timeout  # None: the store's default
-        url = dsn
-
-        async def factory() -> Store[Any]:
-            return await PostgresStore.open(
-                url,
-                min_size=1,
-                max_size=2,
-                schema=names[0],
-                table_prefix=names[1],
-                commit_timeout=store_timeout,
-            )
-
-        super().__init__(session_id, store_factory=factory, **common)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._engine.session import BufferedSession
 from .._engine.store import Store
+from .._engine.storebase import BackendView, borrowed_store
 from .._model.options import STORE_KEYWORDS, check_keywords, session_keywords, store_options
 from .._model.validate import validate_seconds
 from .backend import SQLiteBackend
@@ -22,6 +23,45 @@ if TYPE_CHECKING:
 __all__ = ["SQLiteSession", "SQLiteStore"]
 
 
+class SQLiteSession(BufferedSession):
+    """A buffered session stored in SQLite.
+
+    ``SQLiteSession(session_id, "chat.db")`` opens its own connection on first use and
+    closes it in :meth:`close`; fine for scripts. Threads that each run an event loop of
+    their own may share it: each loop gets a connection of its own (``docs/threads.md``). ``db_path`` defaults to a private
+    in-memory database. Servers should share one :class:`SQLiteStore` and call
+    ``store.session(session_id)`` (or pass ``store=``, which is borrowed: then
+    ``db_path`` and ``synchronous`` belong to the store and may not be given).
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        db_path: str | os.PathLike[str] | None = None,
+        *,
+        synchronous: Synchronous | None = None,
+        store: SQLiteStore | None = None,
+        **keywords: Unpack[SessionKeywords],
+    ) -> None:
+        settings, common = session_keywords(keywords, "SQLiteSession")
+        if store is not None:
+            owned = {"db_path": db_path, "synchronous": synchronous}
+            borrowed = borrowed_store(store, SQLiteStore, "SQLiteSession", owned)
+            super().__init__(session_id, store=borrowed, **common)
+            return
+        path = _validate_path(":memory:" if db_path is None else db_path)
+        sync = _validate_synchronous("FULL" if synchronous is None else synchronous)
+        store_timeout = settings.commit_timeout  # None: the store's default
+
+        async def factory() -> Store[Any]:
+            return await SQLiteStore.open(path, synchronous=sync, commit_timeout=store_timeout)
+
+        # Each event loop using the session gets a store (connection) of its own on the
+        # same file; a private in-memory database cannot be shared that way.
+        single = "its private in-memory database" if path == ":memory:" else None
+        super().__init__(session_id, store_factory=factory, single_loop=single, **common)
+
+
 class SQLiteStore(Store["SQLiteSession"]):
     """One SQLite database shared by many sessions (one connection in all).
 
@@ -29,11 +69,8 @@ class SQLiteStore(Store["SQLiteSession"]):
     """
 
     backend_class = SQLiteBackend
-
-    def __init__(self, backend: SQLiteBackend, **keywords: Unpack[StoreKeywords]) -> None:
-        super().__init__(backend, **keywords)
-        self.session_class = SQLiteSession
-        self.sqlite = backend
+    session_class = SQLiteSession
+    sqlite = BackendView(SQLiteBackend)
 
     @classmethod
     async def open(
@@ -64,59 +101,12 @@ class SQLiteStore(Store["SQLiteSession"]):
         backend = await SQLiteBackend.open(
             db_path, synchronous=synchronous, busy_timeout=busy_timeout
         )
-        store = cls(backend, options=settings)
-        store.check_usable("open")
-        return store
+        return cls.opened(backend, settings, "open")
 
     @property
     def path(self) -> str:
+        """The database file's path as opened (``":memory:"`` for an in-memory database)."""
         return self.sqlite.path
 
     def _describe(self) -> str:
         return f"SQLiteStore {self.path!r}"
-
-
-class SQLiteSession(BufferedSession):
-    """A buffered session stored in SQLite.
-
-    ``SQLiteSession(session_id, "chat.db")`` opens its own connection on first use and
-    closes it in :meth:`close`; fine for scripts. Threads that each run an event loop of
-    their own may share it: each loop gets a connection of its own (``docs/threads.md``). ``db_path`` defaults to a private
-    in-memory database. Servers should share one :class:`SQLiteStore` and call
-    ``store.session(session_id)`` (or pass ``store=``, which is borrowed: then
-    ``db_path`` and ``synchronous`` belong to the store and may not be given).
-    """
-
-    def __init__(
-        self,
-        session_id: str,
-        db_path: str | os.PathLike[str] | None = None,
-        *,
-        synchronous: Synchronous | None = None,
-        store: SQLiteStore | None = None,
-        **keywords: Unpack[SessionKeywords],
-    ) -> None:
-        settings, common = session_keywords(keywords, "SQLiteSession")
-        if store is not None:
-            if not isinstance(store, SQLiteStore):
-                raise TypeError(f"store must be a SQLiteStore, got {type(store).__name__}")
-            pairs = (("db_path", db_path), ("synchronous", synchronous))
-            given = [name for name, value in pairs if value is not None]
-            if given:
-                raise TypeError(
-                    f"SQLiteSession: {' and '.join(given)} cannot be combined with store= "
-                    "(the store already has its database and settings)"
-                )
-            super().__init__(session_id, store=store, **common)
-            return
-        path = _validate_path(":memory:" if db_path is None else db_path)
-        sync = _validate_synchronous("FULL" if synchronous is None else synchronous)
-        store_timeout = settings.commit_timeout  # None: the store's default
-
-        async def factory() -> Store[Any]:
-            return await SQLiteStore.open(path, synchronous=sync, commit_timeout=store_timeout)
-
-        # Each event loop using the session gets a store (connection) of its own on the
-        # same file; a private in-memory database cannot be shared that way.
-        single = "its private in-memory database" if path == ":memory:" else None
-        super().__init__(session_id, store_factory=factory, single_loop=single, **common)

@@ -280,7 +280,7 @@ async def test_postgres_session_owns_its_store_or_borrows_one(pg_schema: str, si
         await shared.close()
     with pytest.raises(TypeError, match="dsn cannot be combined with store="):
         PostgresSession(sid, PG_DSN, store=shared)
-    with pytest.raises(TypeError, match="schema, table_prefix cannot be combined with store="):
+    with pytest.raises(TypeError, match="schema and table_prefix cannot be combined with store="):
         PostgresSession(sid, store=shared, schema="x", table_prefix="y_")
     with pytest.raises(TypeError, match="dsn"):
         PostgresSession(sid)

@@ -87,5 +87,5 @@ def test_bad_arguments_are_refused_by_name() -> None:
         MemorySession("s", backend="x")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="store must be a MemoryStore"):
         MemorySession("s", store="x")  # type: ignore[arg-type]
-    with pytest.raises(TypeError, match="either backend= or store="):
+    with pytest.raises(TypeError, match="MemorySession: backend cannot be combined with store="):
         MemorySession("s", backend=MemoryBackend(), store=MemoryStore(MemoryBackend()))
