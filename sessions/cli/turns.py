@@ -190,6 +190,8 @@ async def _rewind(url: str, session_id: str, to_turn: int | None, as_json: bool)
         say(json_text({"session_id": session_id, what: count}))
     elif count == 0 and to_turn is None:
         say(f"session {literal(session_id)}: no rewound turns to restore, nothing changed")
+    elif count == 0:
+        say(f"session {literal(session_id)}: no turns after turn {to_turn}, nothing changed")
     else:
         say(f"session {literal(session_id)}: {plural(count, 'turn')} {what}")
 

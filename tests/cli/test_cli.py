@@ -767,6 +767,15 @@ async def test_rewind_undo_of_an_unknown_id_fails_and_creates_no_session(db: str
     assert nothing.out.strip() == "session chat: no rewound turns to restore, nothing changed"
 
 
+async def test_rewind_to_the_last_turn_says_nothing_was_hidden_and_changes_nothing(db: str) -> None:
+    await seed(db, {"chat": [{"n": 1}]})
+    before = await history(db)
+    last = await cli("rewind", "chat", "--to-turn", "1", "--db", db)
+    assert last.code == 0, last.err
+    assert last.out.strip() == "session chat: no turns after turn 1, nothing changed"
+    assert await history(db) == before
+
+
 async def test_rewind_and_fork_at_a_turn_splitting_a_tool_call_from_its_output_fail_in_one_line(
     db: str,
 ) -> None:
