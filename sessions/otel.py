@@ -19,6 +19,9 @@ database semantic conventions where one exists; ``docs/observability.md``):
   and PostgreSQL group commit);
 * ``db.client.connection.wait_time`` (histogram, s): waits for a pooled connection
   (PostgreSQL);
+* ``txsessions.commit.lock.wait_time`` (histogram, s): how long each commit waited for
+  its session's lock (another operation of that session object under way) before its
+  transaction could start;
 * a span per commit and per load (``commit <system>``, ``load <system>``; kind CLIENT),
   with the attributes above, ``txsessions.attempts`` and ``txsessions.batches``.
 
@@ -82,6 +85,12 @@ class _Observer:
             "Time waited for a pooled connection.",
             explicit_bucket_boundaries_advisory=_BUCKETS,
         )
+        self._lock_wait = histogram(
+            "txsessions.commit.lock.wait_time",
+            "s",
+            "Time a commit waited for its session's lock before its transaction started.",
+            explicit_bucket_boundaries_advisory=_BUCKETS,
+        )
 
     def begin(self, op: Operation) -> None:
         span = self._tracer.start_span(
@@ -123,6 +132,9 @@ class _Observer:
 
     def pool_wait(self, system: str, seconds: float) -> None:
         self._wait.record(seconds, {"db.system.name": system})
+
+    def lock_wait(self, system: str, seconds: float) -> None:
+        self._lock_wait.record(seconds, {"db.system.name": system})
 
     def group(self, system: str, commits: int) -> None:
         self._group.record(commits, {"db.system.name": system})
