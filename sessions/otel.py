@@ -4,6 +4,10 @@
 >>> instrumentation = instrument()      # the global meter and tracer providers
 >>> instrumentation.uninstrument()      # back to nothing reported
 
+Or with no code at all: ``opentelemetry-instrument python app.py`` loads
+:class:`TxSessionsInstrumentor` through the package's ``opentelemetry_instrumentor``
+entry point, as it loads the opentelemetry-python-contrib instrumentations.
+
 Nothing of OpenTelemetry is imported until this module is; without it, the commit and
 load paths pay one global lookup each. What is reported (names after OpenTelemetry's
 database semantic conventions where one exists; ``docs/observability.md``):
@@ -19,6 +23,9 @@ database semantic conventions where one exists; ``docs/observability.md``):
   and PostgreSQL group commit);
 * ``db.client.connection.wait_time`` (histogram, s): waits for a pooled connection
   (PostgreSQL);
+* ``txsessions.commit.lock.wait_time`` (histogram, s): how long each commit waited for
+  its session's lock (another operation of that session object under way) before its
+  transaction could start;
 * a span per commit and per load (``commit <system>``, ``load <system>``; kind CLIENT),
   with the attributes above, ``txsessions.attempts`` and ``txsessions.batches``.
 
@@ -29,14 +36,18 @@ from __future__ import annotations
 
 import importlib.metadata
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import context, metrics, trace
+from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
+    BaseInstrumentor,  # its module is "# type: ignore"d whole: mypy sees nothing in it
+)
 
 from ._engine.observe import HOOK, Operation, install
 
-__all__ = ["Instrumentation", "instrument"]
+__all__ = ["Instrumentation", "TxSessionsInstrumentor", "instrument"]
 
 _SCOPE = "txsessions"
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -82,6 +93,12 @@ class _Observer:
             "Time waited for a pooled connection.",
             explicit_bucket_boundaries_advisory=_BUCKETS,
         )
+        self._lock_wait = histogram(
+            "txsessions.commit.lock.wait_time",
+            "s",
+            "Time a commit waited for its session's lock before its transaction started.",
+            explicit_bucket_boundaries_advisory=_BUCKETS,
+        )
 
     def begin(self, op: Operation) -> None:
         span = self._tracer.start_span(
@@ -123,6 +140,9 @@ class _Observer:
 
     def pool_wait(self, system: str, seconds: float) -> None:
         self._wait.record(seconds, {"db.system.name": system})
+
+    def lock_wait(self, system: str, seconds: float) -> None:
+        self._lock_wait.record(seconds, {"db.system.name": system})
 
     def group(self, system: str, commits: int) -> None:
         self._group.record(commits, {"db.system.name": system})
@@ -166,3 +186,32 @@ def instrument(
     observer = _Observer(meter, tracer)
     install(observer)
     return Instrumentation(observer)
+
+
+class TxSessionsInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """:func:`instrument` as an OpenTelemetry instrumentor, for zero-code instrumentation.
+
+    ``opentelemetry-instrument python app.py`` finds it through the package's
+    ``opentelemetry_instrumentor`` entry point (named ``txsessions``: leave it out with
+    ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=txsessions``) and calls ``instrument()`` on
+    it after the SDK is configured; ``TxSessionsInstrumentor().instrument(meter_provider=...,
+    tracer_provider=...)`` does the same by hand. Like every ``BaseInstrumentor`` it is a
+    singleton, and ``uninstrument()`` stops the reporting.
+    """
+
+    _installed: Instrumentation | None = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        """Nothing but this package, which is the one instrumented."""
+        return ()
+
+    def _instrument(self, **kwargs: Any) -> None:
+        self._installed = instrument(
+            meter_provider=kwargs.get("meter_provider"),
+            tracer_provider=kwargs.get("tracer_provider"),
+        )
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        installed, self._installed = self._installed, None
+        if installed is not None:
+            installed.uninstrument()

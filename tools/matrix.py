@@ -154,7 +154,10 @@ CELLS: tuple[Cell, ...] = (
         # The lower bound of orjson and of every optional dependency (pyproject.toml's
         # extras): asyncpg 0.30 is the first with create_pool(reset=...), which the
         # backend's own pools use; typer and rich run the CLI; opentelemetry the otel
-        # extra's tests.
+        # extra's tests. opentelemetry-instrumentation and -distro 0.66b0 are the
+        # releases paired with opentelemetry-api 1.45.0 (each 0.66bN pins the API's 1.45.N
+        # exactly), so they are pinned with it: the zero-code test runs
+        # `opentelemetry-instrument` from them (tests/contract/test_otel_zero_code.py).
         (
             "orjson==3.10.0",
             "asyncpg==0.30.0",
@@ -162,9 +165,12 @@ CELLS: tuple[Cell, ...] = (
             "rich==13.0.0",
             "opentelemetry-api==1.45.0",
             "opentelemetry-sdk==1.45.0",
+            "opentelemetry-instrumentation==0.66b0",
+            "opentelemetry-distro==0.66b0",
         ),
         (*CONTRACT, "tests/cli/test_cli.py"),
-        "lowest orjson, asyncpg, typer, rich, opentelemetry: contract suite and CLI tests",
+        "lowest orjson, asyncpg, typer, rich, opentelemetry (api, sdk, instrumentation, "
+        "distro: zero-code instrumentation): contract suite and CLI tests",
     ),
     Cell(
         "wheel",

@@ -22,6 +22,7 @@ __all__ = [
     "install",
     "observed_load",
     "observed_load_versioned",
+    "report_lock_wait",
     "system_of",
 ]
 
@@ -60,6 +61,10 @@ class Observer(Protocol):
         """A pooled connection was waited for ``seconds`` (PostgreSQL)."""
         ...
 
+    def lock_wait(self, system: str, seconds: float) -> None:
+        """A commit waited ``seconds`` for its session's lock before it could start."""
+        ...
+
     def group(self, system: str, commits: int) -> None:
         """One group commit (one transaction) carried ``commits`` commits."""
         ...
@@ -87,6 +92,14 @@ def system_of(backend: object) -> str:
     """The ``db.system.name`` of a backend (its ``system`` attribute, else ``other``)."""
     system = getattr(backend, "system", None)
     return system if isinstance(system, str) else "other"
+
+
+def report_lock_wait(backend: object, seconds: float) -> None:
+    """Report that a commit on ``backend`` waited ``seconds`` for its session's lock (to
+    the observer, if one is installed)."""
+    observer = HOOK.observer
+    if observer is not None:
+        observer.lock_wait(system_of(backend), seconds)
 
 
 async def observed_load(backend: Backend, session_id: str, limit: int | None) -> list[Row]:

@@ -166,6 +166,52 @@ async def test_the_wait_for_a_pooled_connection_is_reported_by_postgresql_alone(
         assert waits == 0
 
 
+async def test_a_commit_that_waited_for_its_sessions_lock_reports_that_wait(
+    store: Store[Any], target: Target, sid: str, telemetry: Telemetry
+) -> None:
+    """Two commits of one session object: the second waits for the session's lock while
+    the first is held in flight (before its apply), and reports at least that wait."""
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def hold_the_first_apply() -> None:
+        if not held.is_set():
+            held.set()
+            await release.wait()
+
+    install_proxy(store).before_apply = hold_the_first_apply
+    session = store.session(sid)
+    await session.add_items([msg("q")])
+    first = asyncio.ensure_future(session.commit())
+    await asyncio.wait_for(held.wait(), 10)  # the first holds the lock, its apply paused
+    await session.add_items([msg("a")])  # staged while the first is in flight
+    second = asyncio.ensure_future(session.commit())
+    await until(lambda: len(session._lock._waiters) == 1, "the second waits for the lock")
+    await asyncio.sleep(0.05)
+    assert not second.done()
+    release.set()
+    await asyncio.gather(first, second)
+    assert await session.get_items() == [msg("q"), msg("a")]
+
+    (point,) = telemetry.points("txsessions.commit.lock.wait_time")
+    assert point.attributes == {"db.system.name": SYSTEM[target.kind]}
+    assert point.count == 2  # one wait per commit
+    assert point.max >= 0.05  # the second's: at least the pause above
+    assert point.min < 0.05  # the first's: it found the lock free
+
+
+async def test_an_uncontended_commit_reports_a_lock_wait_of_almost_nothing(
+    store: Store[Any], target: Target, sid: str, telemetry: Telemetry
+) -> None:
+    session = await committed(store, sid, "x")
+    await session.get_items()  # reads the version
+    await session.add_items([msg("y")])
+    await session.commit(expected_version=session.version)  # this path times it too
+    (point,) = telemetry.points("txsessions.commit.lock.wait_time")
+    assert point.attributes == {"db.system.name": SYSTEM[target.kind]}
+    assert point.count == 2
+    assert 0 <= point.max < 0.05
+
+
 async def test_after_uninstrument_nothing_more_is_reported(
     store: Store[Any], sid: str, telemetry: Telemetry
 ) -> None:

@@ -63,7 +63,7 @@ def test_ci_runs_the_readme_test_command_verbatim() -> None:
 
 def _lower_bound(name: str) -> str:
     pyproject = (ROOT / "pyproject.toml").read_text()
-    found = re.findall(rf'"{re.escape(name)}>=([0-9.]+)[",]', pyproject)
+    found = re.findall(rf'"{re.escape(name)}>=([0-9][0-9a-z.]*)[",]', pyproject)  # 0.66b0 too
     assert found, f"no lower bound for {name} in pyproject.toml"
     return str(found[0])
 
@@ -84,7 +84,15 @@ def test_the_cells_start_at_the_declared_lower_bounds() -> None:
         key=lambda c: tuple(map(int, _pin(c.name, "openai-agents").split("."))),
     )
     assert _pin(oldest_sdk.name, "openai-agents") == _lower_bound("openai-agents")
-    for package in ("asyncpg", "typer", "rich", "opentelemetry-api", "opentelemetry-sdk"):
+    for package in (
+        "asyncpg",
+        "typer",
+        "rich",
+        "opentelemetry-api",
+        "opentelemetry-sdk",
+        "opentelemetry-instrumentation",
+        "opentelemetry-distro",
+    ):
         assert _pin("lowest-deps", package).startswith(_lower_bound(package)), package
 
 

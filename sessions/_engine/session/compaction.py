@@ -145,7 +145,7 @@ class CompactionPart(ProtocolPart):
         committed before it. ``False`` when the database refuses it as a conflict
         (nothing applied).
         """
-        async with self._lock:
+        async with self._commit_lock("commit"):
             await self._settle("commit")
             await self._commit_locked()
             store = await self._ready_store("commit")

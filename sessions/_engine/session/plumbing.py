@@ -5,6 +5,8 @@ batches through :mod:`sessions._engine.commit` (history rules first, :mod:`sessi
 
 from __future__ import annotations
 
+import time
+from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 from typing import Any
 
@@ -15,7 +17,7 @@ from ..._model.turns import Turn, build_turns
 from ...errors import CommitError, SessionError, StorageError
 from ..commit import apply_batches, interrupted_error
 from ..integrity import judge, tail_after
-from ..observe import observed_load, observed_load_versioned
+from ..observe import HOOK, observed_load, observed_load_versioned, report_lock_wait
 from .core import SessionCore
 
 __all__ = ["SessionPlumbing"]
@@ -109,8 +111,23 @@ class SessionPlumbing(SessionCore):
         return decode_rows(kept, self.session_id)[1]
 
     async def _commit_now(self) -> None:
-        async with self._lock:
+        async with self._commit_lock("commit"):
             await self._commit_locked()
+
+    def _commit_lock(self, operation: str) -> AbstractAsyncContextManager[None]:
+        """The session's lock as a commit (or an autocommit write) takes it: the lock
+        itself, or, when an observer is installed, the lock with the wait for it timed
+        and reported (:func:`~sessions._engine.observe.report_lock_wait`)."""
+        if HOOK.observer is None:
+            return self._lock
+        return _TimedLock(self, time.perf_counter(), operation)
+
+    async def _lock_waited(self, started: float, operation: str) -> None:
+        """With the lock just taken by a commit that began waiting for it at
+        ``started``: report the wait, on the store's backend."""
+        waited = time.perf_counter() - started
+        store = await self._ready_store(operation)
+        report_lock_wait(store.backend, waited)
 
     async def _commit_locked(self, expected_version: int | None = None) -> None:
         """With the lock held: send every staged batch through the commit path."""
@@ -190,3 +207,26 @@ class SessionPlumbing(SessionCore):
                 session_id=self.session_id,
                 outcome_known=False,
             ) from exc
+
+
+class _TimedLock:
+    """``async with``: a session's lock taken, then the wait for it reported."""
+
+    __slots__ = ("_operation", "_session", "_started")
+
+    def __init__(self, session: SessionPlumbing, started: float, operation: str) -> None:
+        self._session = session
+        self._started = started
+        self._operation = operation
+
+    async def __aenter__(self) -> None:
+        lock = self._session._lock
+        await lock.acquire()
+        try:
+            await self._session._lock_waited(self._started, self._operation)
+        except BaseException:
+            lock.release()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._session._lock.release()

@@ -122,7 +122,7 @@ class ProtocolPart(SessionPlumbing):
         policy = (await self._ready_store("pop_item")).retry
         attempts = policy.attempts
         for attempt in range(1, attempts + 1):
-            async with self._lock:
+            async with self._commit_lock("pop_item"):
                 await self._settle("pop_item")
                 value, key = await self._stage_pop()
                 try:
@@ -140,7 +140,7 @@ class ProtocolPart(SessionPlumbing):
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _autocommit_clear(self) -> None:
-        async with self._lock:
+        async with self._commit_lock("clear_session"):
             await self._settle("clear_session")
             self._staging.clear()
             await self._commit_locked()

@@ -59,7 +59,7 @@ class TransactionPart(SessionPlumbing):
             return
 
         async def conditional() -> None:
-            async with self._lock:
+            async with self._commit_lock("commit"):
                 await self._settle("commit")
                 await self._commit_locked(expected_version)
 

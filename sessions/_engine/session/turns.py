@@ -85,7 +85,7 @@ class TurnsPart(SessionPlumbing):
         new_id = validate_session_id(new_session_id, "new_session_id")
         if at_turn is not None:
             validate_positive_int(at_turn, "at_turn")
-        async with self._lock:
+        async with self._commit_lock("fork"):
             await self._settle("fork")
             self._refuse_staged("fork")
             store = await self._ready_store("fork")
@@ -124,7 +124,7 @@ class TurnsPart(SessionPlumbing):
         return await self._shield(lambda: self._rewind_now("undo_rewind", None), known=False)
 
     async def _rewind_now(self, operation: str, to_turn: int | None) -> int:
-        async with self._lock:
+        async with self._commit_lock(operation):
             await self._settle(operation)
             self._refuse_staged(operation)
             store = await self._ready_store(operation)
