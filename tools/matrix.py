@@ -169,8 +169,7 @@ CELLS: tuple[Cell, ...] = (
             "opentelemetry-distro==0.66b0",
         ),
         (*CONTRACT, "tests/cli/test_cli.py"),
-        "lowest orjson, asyncpg, typer, rich, opentelemetry (api, sdk, instrumentation, "
-        "distro: zero-code instrumentation): contract suite and CLI tests",
+        "lowest orjson, asyncpg, typer, rich, opentelemetry: contract suite and CLI tests",
     ),
     Cell(
         "wheel",
