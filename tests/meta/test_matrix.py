@@ -152,7 +152,7 @@ def test_run_all_runs_whole_suite_cells_first_side_by_side_and_the_wheel_alone_l
             running.add(cell.name)
             seen.append((cell.name, frozenset(running)))
         if cell.name in ("py3.10", "py3.12"):
-            release.wait()  # both whole-suite cells started before either ends
+            release.wait()  # both of the longest cells started before either ends
         with lock:
             running.discard(cell.name)
         return matrix.Result(cell)
