@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -50,7 +51,7 @@ class SupportRequest:
 
 
 @function_tool(needs_approval=True)
-def refund(amount: int) -> str:
+async def refund(amount: int) -> str:
     """Refund the customer (a human approves first)."""
     return f"refunded {amount} EUR"
 
@@ -109,9 +110,21 @@ def scripted_provider() -> Any:
             return [assistant_message("Your refund is on its way.")]
         return [assistant_message(f"You said: {text}")]
 
+    def plain(value: Any) -> Any:  # the activity's input, as plain lists and dicts
+        if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+            return value
+        if isinstance(value, dict):
+            return {key: plain(item) for key, item in value.items()}
+        dump = getattr(value, "model_dump", None)
+        return plain(dump()) if callable(dump) else [plain(item) for item in value]
+
     class Scripted(Model):
-        async def get_response(self, instructions: Any, input: Any, *args: Any, **kw: Any) -> Any:
-            return await ScriptedModel([step(input)]).get_response(instructions, input, *args, **kw)
+        async def get_response(
+            self, system_instructions: Any, input: Any, *a: Any, **kw: Any
+        ) -> Any:
+            input = plain(input)
+            model = ScriptedModel([step(input)])
+            return await model.get_response(system_instructions, input, *a, **kw)
 
         def stream_response(self, *args: Any, **kw: Any) -> Any:
             raise NotImplementedError
@@ -212,6 +225,8 @@ def _text(item: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
+    # SIGTERM ends the run through the finally blocks (the dev server stops with it).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # The workflow sandbox imports workflows by module name: run this file's classes
     # from the module ``temporal_agent`` (this directory is on sys.path), not __main__.
     import temporal_agent

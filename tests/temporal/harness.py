@@ -155,7 +155,7 @@ def assert_each_once(found: Sequence[str], expected: Sequence[str]) -> None:
     assert list(found) == list(expected), f"stored {found!r}, expected {expected!r}"
 
 
-async def result_of(handle: WorkflowHandle[Any, Any], timeout: float = 90.0) -> Any:
+async def result_of(handle: WorkflowHandle[Any, Any], timeout: float = 45.0) -> Any:
     return await asyncio.wait_for(handle.result(), timeout)
 
 

@@ -49,12 +49,26 @@ def reply_for(input: str | list[Any]) -> list[Any]:
     return [assistant_message(f"echo: {text} [{uuid.uuid4().hex[:8]}]")]
 
 
+def plain(value: Any) -> Any:
+    """``value`` as plain lists and dicts: the plugin's model activity hands over input
+    its pydantic converter made, with lazy iterables ScriptedModel cannot copy."""
+    if isinstance(value, (str, bytes, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    model_dump = getattr(value, "model_dump", None)
+    if callable(model_dump):
+        return plain(model_dump())
+    return [plain(item) for item in value]
+
+
 class EchoModel(Model):
     """A model answering each call with a ``ScriptedModel`` of one step (``reply_for``)."""
 
     async def get_response(
         self, system_instructions: Any, input: Any, *args: Any, **kw: Any
     ) -> Any:
+        input = plain(input)
         scripted = ScriptedModel([reply_for(input)])
         return await scripted.get_response(system_instructions, input, *args, **kw)
 

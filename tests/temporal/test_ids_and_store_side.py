@@ -167,7 +167,7 @@ async def test_a_replaced_runs_turns_are_hidden_from_the_position_a_reset_went_b
     assert await hide_replaced(session, lineage, 2) == 2  # t2 and t3 ...
     assert await session.undo_rewind() == 2  # ... kept: they come back
     await session.close()
-    await commit(store, _request(sid, "another-workflow", 1, "foreign"))
+    await commit(store, _request(sid, "another-workflow", 1, "foreign", salt="f"))
     # A reset run: its second commit, under a new run id (another batch id).
     result = await commit(store, _request(sid, lineage, 2, "t2-again", salt="x"))
     assert result.hidden == 3  # t2, t3 and the turn committed after them

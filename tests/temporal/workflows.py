@@ -101,7 +101,7 @@ class ChatWorkflow:
 
 
 @function_tool(needs_approval=True)
-def transfer(amount: int) -> str:
+async def transfer(amount: int) -> str:
     """Move money (needs a human's approval)."""
     return f"transferred {amount}"
 
