@@ -187,12 +187,14 @@ async def main() -> None:
             )
             client = await connect(address, [agents_plugin])
             session_id = f"customer-{uuid.uuid4().hex[:6]}"
-            async with Worker(
+            worker = Worker(
                 client,
                 task_queue="support",
                 workflows=[SupportWorkflow],
                 plugins=[SessionsPlugin(url)],
-            ):
+            )
+            running = asyncio.create_task(worker.run())
+            try:
                 handle = await client.start_workflow(
                     SupportWorkflow.run,
                     SupportRequest(session_id, ["Hello", "refund my order", "Thanks"]),
@@ -203,6 +205,9 @@ async def main() -> None:
                 print(f"decision: {await handle.execute_update(SupportWorkflow.decide, True)}")
                 for answer in await handle.result():
                     print(f"agent: {answer}")
+            finally:
+                await worker.shutdown()  # the store SessionsPlugin opened is closed with it
+                await running
             store = await open_store(url)
             session = store.session(session_id)
             print(f"stored history of {session_id} ({url}):")

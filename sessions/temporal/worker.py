@@ -134,11 +134,16 @@ async def current_store() -> Store[Any]:
 
 
 def _pass_sessions_through(runner: WorkflowRunner | None) -> WorkflowRunner:
-    """The workflow sandbox imports ``sessions`` once, outside, as it does ``agents``."""
+    """The workflow sandbox imports ``sessions`` (and ``orjson``, which it encodes items
+    with) once, outside, as the SDK's plugin does ``agents``; and ``annotated_types``,
+    which pydantic imports lazily while the SDK runs in workflow code (openai-agents
+    0.20: the sandbox warns of an import after the workflow loaded, which fails the
+    workflow task where warnings are errors)."""
     if runner is None:
         raise ValueError("SessionsPlugin: the worker has no workflow runner to configure")
     if isinstance(runner, SandboxedWorkflowRunner):
-        restrictions = runner.restrictions.with_passthrough_modules("sessions", "orjson")
+        modules = ("sessions", "orjson", "annotated_types")
+        restrictions = runner.restrictions.with_passthrough_modules(*modules)
         return dataclasses.replace(runner, restrictions=restrictions)
     return runner
 

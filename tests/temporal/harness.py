@@ -59,8 +59,14 @@ async def worker(
         plugins=[SessionsPlugin(store_url)],
         interceptors=[CommitFaults(fault)],
     )
-    async with running:
+    # run() in a task of its own and shutdown(), not ``async with``: temporalio 1.33's
+    # context manager leaves a cancellation on the task that leaves it.
+    task = asyncio.create_task(running.run())
+    try:
         yield running
+    finally:
+        await running.shutdown()
+        await task
 
 
 class WorkerProcess:
