@@ -144,6 +144,11 @@ async def soak(args: argparse.Namespace, backend: str, directory: Path) -> Figur
         for handle, session_id, messages in started:
             await count(figures, client, store, handle.id, session_id, messages)
         await store.close()
+    except BaseException:
+        server_log = directory / "temporal" / "server.log"
+        if server_log.exists():  # what the dev server said, before the directory goes
+            print(server_log.read_text()[-4000:], file=sys.stderr)
+        raise
     finally:
         stop.set()
         for worker in workers:
