@@ -20,8 +20,9 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from .._engine.store import Store
 from .._tools.url import open_store
 from ..errors import CommitConflictError, InvalidHistoryError, InvalidItemError, SessionError
-from . import storeside
 from .payloads import CommitRequest, CommitResult, LoadRequest, LoadResult
+from .storeside import commit as commit_batch
+from .storeside import load as load_history
 from .workflow import COMMIT_ACTIVITY, LOAD_ACTIVITY
 
 __all__ = ["SessionsPlugin", "current_store"]
@@ -94,12 +95,12 @@ class SessionsPlugin(SimplePlugin):
         @activity.defn(name=LOAD_ACTIVITY)
         async def load(request: LoadRequest) -> LoadResult:
             with _failures():
-                return await storeside.load(await plugin.store(), request)
+                return await load_history(await plugin.store(), request)
 
         @activity.defn(name=COMMIT_ACTIVITY)
         async def commit(request: CommitRequest) -> CommitResult:
             with _failures():
-                return await storeside.commit(await plugin.store(), request)
+                return await commit_batch(await plugin.store(), request)
 
         return [*(existing or []), load, commit]
 
