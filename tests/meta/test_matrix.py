@@ -96,6 +96,18 @@ def test_the_cells_start_at_the_declared_lower_bounds() -> None:
         assert _pin("lowest-deps", package).startswith(_lower_bound(package)), package
 
 
+def test_the_temporal_cells_span_the_declared_bounds_and_fail_rather_than_skip() -> None:
+    lowest, latest = matrix.BY_NAME["temporal-lowest"], matrix.BY_NAME["temporal-latest"]
+    for package in ("temporalio", "temporalio-openai-agents"):
+        assert _pin("temporal-lowest", package).startswith(_lower_bound(package)), package
+    assert not latest.pins  # the newest releases pip finds
+    for cell in (lowest, latest):
+        assert "temporal-dev" in cell.extras.split(",")  # the dev server's binary too
+        assert cell.tests[0] == "tests/temporal"
+        # tests/temporal/need.py fails (not skips) a module when this is set.
+        assert dict(cell.env).get("TXS_REQUIRE_TEMPORAL") == "1"
+
+
 def test_every_sdk_cell_runs_the_sdk_flow_tests() -> None:
     for cell in matrix.CELLS:
         if cell.name.startswith("sdk-"):
