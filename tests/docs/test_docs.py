@@ -555,7 +555,7 @@ def test_doc_example(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     if block.skip:
-        pytest.skip(f"{block.id}: {block.skip}")
+        pytest.skip(f"{block.skip} ({block.id})")  # the reason first: skip_policy reads it
     run = doc_runs.get(block.doc)
     if run is None:
         run = doc_runs[block.doc] = DocRun(block.doc, tmp_path_factory.mktemp("doc"))

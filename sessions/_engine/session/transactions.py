@@ -65,6 +65,18 @@ class TransactionPart(SessionPlumbing):
 
         await self._shield(conditional)
 
+    async def _commit_as(self, batch_id: str) -> None:
+        """:meth:`commit`, the staged changes sent as one batch with the id ``batch_id``
+        (derived by the caller, ``sessions.temporal``, from what identifies the write:
+        a retry sends the same id and the backend applies it once). With nothing staged
+        it returns at once; staged changes spread over several batches (after a failed
+        commit) raise ``RuntimeError``, nothing sent."""
+        self._check_open("commit")
+        if not self._staging:
+            return
+        self._staging.name(batch_id)
+        await self._shield(self._commit_now)
+
     async def rollback(self) -> None:
         """Discard every staged change. Never touches the database.
 

@@ -123,7 +123,17 @@ class TurnsPart(SessionPlumbing):
         self._check_open("undo_rewind")
         return await self._shield(lambda: self._rewind_now("undo_rewind", None), known=False)
 
-    async def _rewind_now(self, operation: str, to_turn: int | None) -> int:
+    async def _hide_after_turn(self, to_turn: int) -> int:
+        """:meth:`rewind`, also where ``to_turn`` splits a tool call from its output: a
+        writer that restores the history as it stood at an earlier point
+        (``sessions.temporal`` after a workflow reset), where a call waiting for its
+        output (an approval) is what the history held then."""
+        self._check_open("rewind")
+        return await self._shield(
+            lambda: self._rewind_now("rewind", to_turn, split_ok=True), known=False
+        )
+
+    async def _rewind_now(self, operation: str, to_turn: int | None, split_ok: bool = False) -> int:
         async with self._commit_lock(operation):
             await self._settle(operation)
             self._refuse_staged(operation)
@@ -144,7 +154,8 @@ class TurnsPart(SessionPlumbing):
                 if to_turn == len(turns):
                     return 0
                 backend = await self._turn_backend(operation)
-                await refuse_split(backend, self.session_id, turns, to_turn, operation)
+                if not split_ok:
+                    await refuse_split(backend, self.session_id, turns, to_turn, operation)
                 tail = turns[-1].last_key
                 after = turns[to_turn - 1].last_key if to_turn else 0
             change = RewindChange(after if to_turn is not None else None)
