@@ -64,6 +64,25 @@ def _conc(results: Result, backend: str, key: str, level: int | None) -> Any:
     return _get(results, "concurrency", backend, key, "levels", str(level), "turns_per_s")
 
 
+def _spread(results: Result, level: int | None, ours: str, floor: str) -> str:
+    """How the PostgreSQL rounds at ``level`` sessions spread: the rounds, turns per
+    round, each side's range of turns/s and the range of round-by-round ratios."""
+    cells = [
+        _get(results, "concurrency", "postgres", key, "levels", str(level)) or {}
+        for key in (ours, floor)
+    ]
+    mine, theirs = (cell.get("rounds") or [] for cell in cells)
+    if not mine or not theirs:
+        return ""
+    turns = cells[0].get("turns", 0) // max(len(mine), 1)
+    paired = [a / b for a, b in zip(mine, theirs, strict=False) if b]
+    return (
+        f"median of {len(mine)} rounds of {turns:,} turns; ours {min(mine):,.0f}–"
+        f"{max(mine):,.0f} turns/s, floor {min(theirs):,.0f}–{max(theirs):,.0f}; "
+        f"round by round {min(paired):.2f}–{max(paired):.2f}x"
+    )
+
+
 def check_targets(results: Result) -> list[Result]:
     """Each target: name, measured, required, met (None when not measured), gap, note,
     ceiling, and out_of_reach (what says that no implementation writing our rows can
@@ -128,7 +147,9 @@ def check_targets(results: Result) -> list[Result]:
         _ratio(conc("ours_pg"), conc("raw_asyncpg")),
         ">=",
         1.5,
-        note=note,
+        note="; ".join(
+            part for part in (note, _spread(results, level, "ours_pg", "raw_asyncpg")) if part
+        ),
     )
     add(
         "PostgreSQL 100 sessions vs SQLAlchemySession (same pool)",
@@ -148,23 +169,31 @@ def check_targets(results: Result) -> list[Result]:
         0.0,
         note=note,
     )
-    # --- one session, commit per turn
+    # --- one session, commit per turn: guards against regression (issue 31)
     one_hop_bare = vs("sqlite", "raw_aiosqlite_1hop")
+    raw_sqlite3 = vs("sqlite", "raw_sqlite3")
     add(
-        "SQLite commit-per-turn vs 1-hop aiosqlite floor, our rows",
+        "SQLite commit-per-turn vs 1-hop aiosqlite floor, our rows (guard)",
         vs("sqlite", "raw_aiosqlite_1hop_same"),
         ">=",
-        0.9,
-        note="" if one_hop_bare is None else f"vs the bare 1-hop floor: {one_hop_bare:.2f}x",
+        0.8,
+        note="; ".join(
+            f"vs {name}: {r:.2f}x"
+            for name, r in (
+                ("the bare 1-hop floor", one_hop_bare),
+                ("raw sqlite3, which blocks the event loop", raw_sqlite3),
+            )
+            if r is not None
+        ),
     )
     one_hop_same_vs_sdk = _ratio(
         cpt("sqlite", "raw_aiosqlite_1hop_same"), cpt("sqlite", "sdk_sqlite")
     )
     add(
-        "SQLite commit-per-turn vs SDK SQLiteSession",
+        "SQLite commit-per-turn vs SDK SQLiteSession (guard)",
         vs("sqlite", "sdk_sqlite"),
         ">=",
-        1.15,
+        1.0,
         reach=("the 1-hop floor writing our rows", one_hop_same_vs_sdk),
         ceiling=ceiling(
             ("1-hop floor, our rows", one_hop_same_vs_sdk),
@@ -174,50 +203,22 @@ def check_targets(results: Result) -> list[Result]:
             ),
         ),
     )
-    same_pg = vs("postgres", "raw_asyncpg_same")
-    pg_same_vs_bare = _ratio(cpt("postgres", "raw_asyncpg_same"), cpt("postgres", "raw_asyncpg"))
+    bare_pg = vs("postgres", "raw_asyncpg")
     add(
-        "PostgreSQL commit-per-turn vs raw one-statement floor",
-        vs("postgres", "raw_asyncpg"),
+        "PostgreSQL commit-per-turn vs one-statement floor, our rows (guard)",
+        vs("postgres", "raw_asyncpg_same"),
         ">=",
-        0.9,
-        reach=("the one-statement floor writing our rows", pg_same_vs_bare),
-        ceiling=ceiling(("one-statement floor, our rows", pg_same_vs_bare)),
-        note=""
-        if same_pg is None
-        else f"vs the one-statement floor writing our rows: {same_pg:.2f}x",
-    )
-    # --- targets of the first benchmark round, still reported
-    one_hop_same_vs_raw = _ratio(
-        cpt("sqlite", "raw_aiosqlite_1hop_same"), cpt("sqlite", "raw_sqlite3")
-    )
-    add(
-        "SQLite commit-per-turn vs raw sqlite3 floor (blocks the event loop)",
-        vs("sqlite", "raw_sqlite3"),
-        ">=",
-        0.85,
-        # A design that keeps the event loop free pays the hop: its limit is the 1-hop floor.
-        reach=("the 1-hop floor writing our rows", one_hop_same_vs_raw),
-        ceiling=ceiling(
-            ("1-hop floor, our rows", one_hop_same_vs_raw),
-            (
-                "bare 1-hop floor",
-                _ratio(cpt("sqlite", "raw_aiosqlite_1hop"), cpt("sqlite", "raw_sqlite3")),
-            ),
-            (
-                "raw sqlite3, our rows",
-                _ratio(cpt("sqlite", "raw_sqlite3_same"), cpt("sqlite", "raw_sqlite3")),
-            ),
-        ),
+        0.78,
+        note="" if bare_pg is None else f"vs the bare one-statement floor: {bare_pg:.2f}x",
     )
     pg_same_vs_sqla = _ratio(
         cpt("postgres", "raw_asyncpg_same"), cpt("postgres", "sdk_sqlalchemy_pg")
     )
     add(
-        "PostgreSQL commit-per-turn vs SQLAlchemySession",
+        "PostgreSQL commit-per-turn vs SQLAlchemySession (guard)",
         vs("postgres", "sdk_sqlalchemy_pg"),
         ">=",
-        5.0,
+        3.5,
         reach=("the one-statement floor writing our rows", pg_same_vs_sqla),
         ceiling=ceiling(
             (

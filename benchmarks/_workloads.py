@@ -152,9 +152,14 @@ async def buffered_run(
 # ----------------------------------------------------------------------------- (c)
 
 
+def level_turns(cfg: Config, backend: str, level: int) -> int:
+    """Timed turns per round at ``level`` sessions on ``backend``."""
+    return cfg.c_turns_pg.get(level, cfg.c_turns) if backend == "postgres" else cfg.c_turns
+
+
 async def _one_level(subject: Subject, level: int, cfg: Config, tag: str = "") -> Result:
     source = TurnSource(seed=level)
-    per_session = max(2, math.ceil(cfg.c_turns / level))
+    per_session = max(2, math.ceil(level_turns(cfg, subject.backend, level) / level))
     sids = [f"c{level}{tag}-{i}" for i in range(level)]
     errors: list[str] = []
     ok = 0
@@ -268,7 +273,8 @@ async def concurrency(
                 if done and r == 0:
                     # warm-up (a turn per session) + timed turns, at the last rate seen
                     rate = done[-1]["turns_per_s"]
-                    projected = (level + max(cfg.c_turns, 2 * level)) / rate
+                    turns = level_turns(cfg, subject.backend, level)
+                    projected = (level + max(turns, 2 * level)) / rate
                     if projected > cfg.c_timeout:
                         skipped.add(subject.key)
                         entry["levels"][str(level)] = {

@@ -138,7 +138,7 @@ def test_quick_benchmark_runs_every_workload(tmp_path: Path) -> None:
         assert all(_finite_positive(step["us"]) for step in steps.values()), steps
 
     names = {t["target"] for t in results["targets"]}
-    assert "SQLite commit-per-turn vs 1-hop aiosqlite floor, our rows" in names
+    assert "SQLite commit-per-turn vs 1-hop aiosqlite floor, our rows (guard)" in names
     assert "PostgreSQL 100 sessions vs raw one-statement floor (same pool)" in names
 
     text = (tmp_path / "quick.md").read_text(encoding="utf-8")
