@@ -73,3 +73,27 @@ def test_the_sqlite_targets_are_judged_against_the_one_hop_floor_writing_our_row
     sdk = _target(results, SQLITE_SDK)
     assert sdk["met"] is False and sdk["out_of_reach"] == ""
     assert "1-hop floor, our rows 1.24x" in sdk["ceiling"]
+
+
+def test_a_peer_behind_ours_is_met_ahead_of_ours_missed_and_absent_not_measured() -> None:
+    def entry(label: str, kind: str, rates: dict[str, int], **extra: str) -> dict[str, Any]:
+        levels = {n: {"turns_per_s": rate} for n, rate in rates.items()}
+        return {"label": label, "kind": kind, "levels": levels, **extra}
+
+    results = {
+        "peers": {
+            "levels": [1, 100],
+            "sqlite": {
+                "ours_sqlite": entry("ours", "ours", {"1": 900, "100": 5000}),
+                "langgraph_sqlite": entry("LangGraph", "peer", {"1": 300, "100": 6000}),
+                "adk_sqlite": entry("ADK", "peer", {}, missing="not installed (no google.adk)"),
+            },
+        }
+    }
+    found = {t["target"]: t for t in check_targets(results)}
+    assert found["ours ahead of LangGraph on SQLite, 1 session"]["met"] is True
+    behind = found["ours ahead of LangGraph on SQLite, 100 sessions"]
+    assert behind["met"] is False and behind["gap"] == "missed by 17%"
+    absent = found["ours ahead of ADK on SQLite, 100 sessions"]
+    assert absent["met"] is None and absent["note"].startswith("not installed")
+    assert not any("PostgreSQL, " in name for name in found)
