@@ -32,7 +32,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--only",
         nargs="+",
         choices=list(WORKLOADS),
-        help="run only these workloads (a-e; f: the step-by-step breakdown)",
+        help="run only these workloads (a-e; f: the step-by-step breakdown; g: the peers, "
+        "LangGraph, Google ADK and the SDK's SQLAlchemySession and AdvancedSQLiteSession)",
     )
     parser.add_argument(
         "--pg-dsn",
@@ -44,6 +45,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--require-postgres",
         action="store_true",
         help="fail instead of skipping the PostgreSQL half when it cannot run",
+    )
+    parser.add_argument(
+        "--require-peers",
+        action="store_true",
+        help="fail instead of reporting a peer of (g) as not installed "
+        "(pip install 'txsessions[bench-peers]')",
     )
     parser.add_argument(
         "--profile",

@@ -34,6 +34,13 @@ class Config:
     mem_warmup: int
     mem_sessions: int
     agent_runs: int
+    # (g) peers: sessions of peers_session_turns turns; at level 1 about peers_turns turns
+    # per round (whole sessions), at more sessions one session per task
+    peers_session_turns: int = 20
+    peers_levels: list[int] = field(default_factory=lambda: [1, 100])
+    peers_turns: int = 100
+    peers_rounds: int = 3
+    peers_timeout: float = 30.0  # seconds per subject, level and round: no turn starts later
     rounds_note: str = field(default="")
 
     @classmethod
@@ -84,4 +91,9 @@ class Config:
             mem_warmup=50,
             mem_sessions=10,
             agent_runs=2,
+            peers_session_turns=4,
+            peers_levels=[1, 8],
+            peers_turns=8,
+            peers_rounds=1,
+            peers_timeout=20.0,
         )

@@ -228,6 +228,7 @@ def check_targets(results: Result) -> list[Result]:
             ("one-statement floor, our rows", pg_same_vs_sqla),
         ),
     )
+    out += peer_targets(results)
     for backend in ("sqlite", "postgres"):
         sizes = _get(results, "history", backend, OURS[backend], "sizes") or {}
         measured: float | None = None
@@ -259,6 +260,194 @@ def check_targets(results: Result) -> list[Result]:
             note=f"{_get(mem, 'agent', 'runs')} runs" if alive is not None else "",
         )
     return out
+
+
+# ----------------------------------------------------------------------------- (g) peers
+
+
+def _peer_levels(results: Result, backend: str) -> list[int]:
+    data = _get(results, "peers", backend) or {}
+    return sorted({int(n) for e in data.values() for n in e.get("levels", {})})
+
+
+def _sessions(n: int) -> str:
+    return f"{n} session" + ("" if n == 1 else "s")
+
+
+def peer_targets(results: Result) -> list[Result]:
+    """``ours ahead of <peer> on <backend>, <n> sessions``: ours ÷ the peer >= 1.0 for
+    every peer and level of (g); a peer that did not run is *not measured*, with why."""
+    out: list[Result] = []
+    quick = bool(_get(results, "meta", "quick"))
+    for backend in ("sqlite", "postgres"):
+        data = _get(results, "peers", backend) or {}
+        ours = data.get(OURS[backend]) or {}
+        levels = _peer_levels(results, backend) or list(_get(results, "peers", "levels") or [])
+        for entry in data.values():
+            if entry.get("kind") != "peer":
+                continue
+            why = entry.get("missing") or entry.get("error") or ""
+            for n in levels:
+                measured = _ratio(
+                    _get(ours, "levels", str(n), "turns_per_s"),
+                    _get(entry, "levels", str(n), "turns_per_s"),
+                )
+                note = why or ("quick run" if quick else "")
+                met = None if measured is None else measured >= 1.0
+                out.append(
+                    {
+                        "target": f"ours ahead of {entry['label']} on "
+                        f"{BACKEND_TITLE[backend]}, {_sessions(n)}",
+                        "measured": None if measured is None else round(measured, 3),
+                        "required": ">= 1.0",
+                        "met": met,
+                        "gap": ""
+                        if measured is None or met
+                        else f"missed by {(1 - measured) * 100:.0f}%",
+                        "note": note,
+                        "ceiling": "",
+                        "out_of_reach": "",
+                    }
+                )
+    return out
+
+
+PEERS_TEXT = (
+    "Each turn, every subject reads the session's whole history (what the next turn "
+    "loads), then stores the turn's 4 items durably: ours `get_items()` then `add_items` + "
+    "`commit()`; the SDK's sessions `get_items()` then `add_items`; LangGraph one "
+    "`ainvoke` of a `StateGraph` over `MessagesState` (`add_messages`) with the saver as "
+    "checkpointer and the 4 messages as input (`thread_id` = session; it loads the "
+    'checkpoint and writes the new one before returning, `durability="exit"`: 1 '
+    "checkpoint per turn); ADK `get_session` (`create_session` on a session's first turn) "
+    "then one `append_event` per item (4 transactions per turn, ADK's API). Sessions are "
+    "{turns} turns long, then a new one starts, so every subject reads and writes "
+    "histories of the same sizes; at more than one session each asyncio task makes its "
+    "own sessions. Medians of {rounds} interleaved rounds (order rotating); p50/p99 per "
+    "turn over all rounds. SQLite: one file per subject; PostgreSQL: a fresh schema per "
+    "subject and {pool} pool connections each. Every session was read back afterwards "
+    "(4 items, messages or events per turn) and every history read checked."
+)
+
+
+def _peer_cell(entry: Result, n: int) -> str:
+    if entry.get("missing"):
+        return "not installed"
+    if entry.get("error"):
+        return "failed to open"
+    cell = _get(entry, "levels", str(n)) or {}
+    text = _fmt(cell.get("turns_per_s"))
+    if cell.get("errors"):
+        text += f" ({cell['errors']} err)"
+    if cell.get("stopped"):
+        text += " (time budget)"
+    if cell and not cell.get("verified", True):
+        text += " **NOT VERIFIED**"
+    return text
+
+
+def peers_tables(results: Result, level: str = "##", *, durability: bool = True) -> list[str]:
+    """(g): a table per backend (and, with ``durability``, the settings read back)."""
+    data = results.get("peers")
+    if not data:
+        return []
+    lines = [f"{level} (g) Peers: the stores users would pick instead", ""]
+    lines += [
+        PEERS_TEXT.format(
+            turns=data.get("session_turns"), rounds=data.get("rounds"), pool=data.get("pool")
+        ),
+        "",
+    ]
+    for backend in ("sqlite", "postgres"):
+        entries = data.get(backend)
+        if not entries:
+            continue
+        ours = entries.get(OURS[backend]) or {}
+        levels = _peer_levels(results, backend) or list(data.get("levels") or [])
+        rows = []
+        for e in entries.values():
+            row = [e["label"], f"{e.get('package', '')} {e.get('version', '')}".strip()]
+            row += [_peer_cell(e, n) for n in levels]
+            for n in levels:
+                cell = _get(e, "levels", str(n)) or {}
+                row.append(f"{_fmt(cell.get('p50_ms'), 2)} / {_fmt(cell.get('p99_ms'), 2)}")
+            row += [
+                ""
+                if e.get("kind") == "ours"
+                else _x(
+                    _ratio(
+                        _get(ours, "levels", str(n), "turns_per_s"),
+                        _get(e, "levels", str(n), "turns_per_s"),
+                    )
+                )
+                for n in levels
+            ]
+            rows.append(row)
+        header = ["subject", "package"]
+        header += [f"turns/s, {_sessions(n)}" for n in levels]
+        header += [f"p50 / p99 ms, {_sessions(n)}" for n in levels]
+        header += [f"ours ÷ this, {_sessions(n)}" for n in levels]
+        lines += [f"{BACKEND_TITLE[backend]}:", ""] + _table(header, rows) + [""]
+        for e in entries.values():
+            for n, cell in e.get("levels", {}).items():
+                if cell.get("error_kinds"):
+                    first = next(iter(cell["error_kinds"].items()))
+                    lines.append(
+                        f"- {e['label']} x{n}: {cell['errors']} failed turns, e.g. "
+                        f"{first[1]}x `{first[0][:140]}`"
+                    )
+                if cell.get("problems"):
+                    lines.append(f"- {e['label']} x{n}: {'; '.join(cell['problems'])}")
+                if cell.get("stopped"):
+                    lines.append(
+                        f"- {e['label']} x{n}: the {data.get('budget_s', 0):.0f} s budget per "
+                        f"round stopped it: {cell['turns']:,} of {cell['attempted']:,} turns in "
+                        f"{len(cell.get('rounds', []))} rounds (its sessions shorter than the "
+                        "others', so its figure flatters it)"
+                    )
+            if e.get("missing") or e.get("error"):
+                lines.append(f"- {e['label']}: {e.get('missing') or e.get('error')}")
+        if lines[-1] != "":
+            lines.append("")
+        if durability:
+            lines += _peer_durability(entries, backend)
+    return lines
+
+
+def _peer_durability(entries: Result, backend: str) -> list[str]:
+    names: list[str] = []
+    for e in entries.values():
+        for name in e.get("durability") or {}:
+            if name != "error" and name not in names:
+                names.append(name)
+    rows = []
+    for e in entries.values():
+        found = e.get("durability")
+        if not found:
+            continue
+        if "error" in found:
+            rows.append(
+                [e["label"], f"not readable: {found['error'][:80]}"] + [""] * (len(names) - 1)
+            )
+            continue
+        rows.append([e["label"]] + [f"`{found.get(n, '–')}`" for n in names])
+    if not rows:
+        return []
+    return (
+        [
+            f"{BACKEND_TITLE[backend]} settings of (g), read back from each subject's own "
+            "connection(s) after its last round:",
+            "",
+        ]
+        + _table(["subject"] + [n.replace("_", " ") for n in names], rows)
+        + [""]
+    )
+
+
+def peer_versions(results: Result) -> str:
+    """The installed peer packages of (g), for the header's Versions line."""
+    found = _get(results, "peers", "versions") or {}
+    return ", ".join(f"{name} {v}" for name, v in found.items() if v != "not installed")
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -375,7 +564,8 @@ def header(results: Result) -> list[str]:
         f"- Versions: Python {m['python']}, SQLite {m['sqlite']}, PostgreSQL server "
         f"{meta.get('postgres_server') or '–'}, openai-agents {m['openai-agents']}, "
         f"txsessions {m['txsessions']}, aiosqlite {m['aiosqlite']}, asyncpg {m['asyncpg']}, "
-        f"SQLAlchemy {m['sqlalchemy']}",
+        f"SQLAlchemy {m['sqlalchemy']}"
+        + (f"; peers: {peer_versions(results)}" if peer_versions(results) else ""),
         f"- Items: 4 per turn (user message, function_call, function_call_output, assistant "
         f"message), {meta['item_bytes']:.0f} bytes of JSON each on average. PostgreSQL pool: "
         f"{meta['pool']} connections for every PostgreSQL subject in (c), 2 in the "
@@ -676,6 +866,7 @@ def body(results: Result, level: str = "##") -> list[str]:
             lines += section(results, backend, level)
     lines += _section_e(results, level)
     lines += breakdown_tables(results, level)
+    lines += peers_tables(results, level)
     for failure in results.get("failures", []):
         lines.append(f"- could not measure: {failure}")
     return lines
@@ -782,7 +973,67 @@ def plots(results: Result, directory: str) -> list[str]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+    peers = peers_plot(results, directory)
+    if peers:
+        written.append(peers)
     return written
+
+
+PEERS_PLOT = "peers_throughput.png"
+#: one colour per store on both panels (keys without their backend suffix)
+_PEER_COLORS = {
+    "ours": "tab:blue",
+    "sdk_sqlalchemy": "tab:orange",
+    "sdk_advanced": "tab:green",
+    "langgraph": "tab:red",
+    "adk": "tab:purple",
+}
+
+
+def peers_plot(results: Result, directory: str) -> str | None:
+    """(g): turns/s of every subject at each level, one panel per backend (log scale)."""
+    data = results.get("peers") or {}
+    backends = [b for b in ("sqlite", "postgres") if data.get(b)]
+    if not backends:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(backends), figsize=(6.5 * len(backends), 5.5), squeeze=False)
+    for ax, backend in zip(axes[0], backends, strict=True):
+        levels = _peer_levels(results, backend)
+        entries = [(k, e) for k, e in data[backend].items() if e.get("levels")]
+        width = 0.8 / max(1, len(entries))
+        top = 1.0
+        for i, (key, e) in enumerate(entries):
+            xs = [j + (i - (len(entries) - 1) / 2) * width for j in range(len(levels))]
+            ys = [_get(e, "levels", str(n), "turns_per_s") or 0 for n in levels]
+            top = max([top, *ys])
+            bars = ax.bar(
+                xs,
+                ys,
+                width,
+                label=e["label"],
+                color=_PEER_COLORS.get(key.rsplit("_", 1)[0]),
+                edgecolor="black" if e.get("kind") == "ours" else None,
+                linewidth=1.5 if e.get("kind") == "ours" else 0,
+            )
+            ax.bar_label(bars, labels=[_fmt(y, 0) for y in ys], fontsize=6, rotation=90, padding=2)
+        ax.set_yscale("log")
+        low = min([y for b in ax.containers for y in b.datavalues if y > 0], default=1.0)
+        ax.set_ylim(low / 2, top * 3)  # room for the labels
+        ax.set_xticks(range(len(levels)), [_sessions(n) for n in levels])
+        ax.set_ylabel("turns / s (read history, then store 4 items durably)")
+        ax.set_title(f"{BACKEND_TITLE[backend]}: ours and the peers")
+        ax.grid(True, axis="y", which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2)
+    fig.tight_layout()
+    path = os.path.join(directory, PEERS_PLOT)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def write_report(out: str, name: str, report: Result, markdown: str) -> None:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from . import _env, _report, _workloads, breakdown
+from . import _env, _report, _workloads, breakdown, peers
 from ._config import Config
 from ._data import SAME_WORK_ROWS, item_bytes
 from ._subjects import Subject, pg_schema, postgres_subjects, sqlite_subjects
@@ -21,7 +21,7 @@ from ._subjects import Subject, pg_schema, postgres_subjects, sqlite_subjects
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-WORKLOADS = ("a", "b", "c", "d", "e", "f")
+WORKLOADS = ("a", "b", "c", "d", "e", "f", "g")
 
 Result = dict[str, Any]
 
@@ -252,6 +252,16 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
                 await pg_schema(dsn, schema, drop=True)
         elif "e" in which:
             await _memory_all(backends, cfg, dsn, schema, results, progress)
+        if "g" in which:
+            results["peers"] = await peers.run(
+                backends,
+                cfg,
+                directory=tmp,
+                dsn=dsn,
+                schema=schema,
+                require=bool(getattr(args, "require_peers", False)),
+                progress=progress,
+            )
 
     if "f" in which:
         progress("(f) step-by-step breakdown of one commit")

@@ -146,6 +146,27 @@ async def aiosqlite_pragmas(conn: Any) -> dict[str, str]:
     return {"journal_mode": str(journal).upper(), "synchronous": _SYNCHRONOUS.get(sync, str(sync))}
 
 
+async def engine_settings(engine: Any, backend: str) -> dict[str, str]:
+    """Durability settings read back from a connection of a SQLAlchemy async engine's pool
+    (configured like every other one)."""
+    async with engine.connect() as conn:
+        if backend == SQLITE:
+            journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
+            sync = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
+            return {
+                "journal_mode": str(journal).upper(),
+                "synchronous": _SYNCHRONOUS.get(sync, str(sync)),
+            }
+        names = ", ".join(f"'{name}'" for name in PG_SETTINGS)
+        rows = (
+            await conn.exec_driver_sql(
+                f"SELECT name, setting FROM pg_settings WHERE name IN ({names})"
+            )
+        ).all()
+    found = {row[0]: row[1] for row in rows}
+    return {name: found.get(name, "?") or "''" for name in PG_SETTINGS}
+
+
 def _count_transactions(conn: sqlite3.Connection, sids: list[str]) -> tuple[int, int]:
     marks = ",".join("?" * len(sids))
     row = conn.execute(
@@ -413,25 +434,7 @@ class SDKSQLAlchemy(Subject):
         self._tables_ready = True
 
     async def durability(self) -> dict[str, str]:
-        # A connection of the engine's pool, configured like every other one.
-        async with self.engine.connect() as conn:
-            if self.backend == SQLITE:
-                journal = (await conn.exec_driver_sql("PRAGMA journal_mode")).scalar()
-                sync = (await conn.exec_driver_sql("PRAGMA synchronous")).scalar()
-                reading = {
-                    "journal_mode": str(journal).upper(),
-                    "synchronous": _SYNCHRONOUS.get(sync, str(sync)),
-                }
-            else:
-                names = ", ".join(f"'{name}'" for name in PG_SETTINGS)
-                rows = (
-                    await conn.exec_driver_sql(
-                        f"SELECT name, setting FROM pg_settings WHERE name IN ({names})"
-                    )
-                ).all()
-                found = {row[0]: row[1] for row in rows}
-                reading = {name: found.get(name, "?") or "''" for name in PG_SETTINGS}
-        return merge_readings([reading])
+        return merge_readings([await engine_settings(self.engine, self.backend)])
 
     def _session(self, sid: str) -> Any:
         session = self._sessions.get(sid)

@@ -2,7 +2,8 @@
 
 Runs, one after the other, each in a process of its own:
 
-1. ``python -m benchmarks`` (workloads (a)-(f); ``benchmarks/results/latest.*``),
+1. ``python -m benchmarks`` (workloads (a)-(g); ``benchmarks/results/latest.*``; (g) measures
+   LangGraph and ADK only where the ``bench-peers`` extra is installed),
 2. ``python -m benchmarks.failover`` (``benchmarks/results/failover.json``; needs root),
 3. ``python -m benchmarks.scale`` (``benchmarks/results/scale.json``),
 4. ``python -m benchmarks.integrity`` (``benchmarks/results/integrity.*``),

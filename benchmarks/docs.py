@@ -266,11 +266,36 @@ def failover_summary(failover: Result) -> str:
     )
 
 
+def peers_section(results: Result) -> str:
+    """README: workload (g), ours and the peers, from the latest full run."""
+    if not results.get("peers"):
+        return (
+            "The latest full run did not measure the peers: run `python -m benchmarks` "
+            "with the `bench-peers` extra installed.\n"
+        )
+    lines = [_run_line(results), ""]
+    lines += _report.peers_tables(results, "###", durability=False)[2:]
+    if os.path.exists(os.path.join(RESULTS, _report.PEERS_PLOT)):
+        lines += [f"![ours and the peers](benchmarks/results/{_report.PEERS_PLOT})", ""]
+    targets = _report.peer_targets(results)
+    measured = [t for t in targets if t["met"] is not None]
+    behind = [t for t in measured if not t["met"]]
+    line = f"Ours ahead on {len(measured) - len(behind)} of {len(measured)} peer rows measured"
+    if behind:
+        line += ". Behind: " + "; ".join(
+            f"{t['target'].removeprefix('ours ahead of ')} ({_fmt(t['measured'], 2)}x)"
+            for t in behind
+        )
+    lines.append(line + ".")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
 #: fragment name -> (loader of its results, renderer)
 FRAGMENTS: dict[str, tuple[Callable[[], Result | None], Callable[[Result], str]]] = {
     "benchmarks-summary": (lambda: _load("latest.json"), summary),
     "benchmarks-results": (lambda: _load("latest.json"), results_section),
     "benchmarks-postgres": (lambda: _load("latest.json"), postgres_section),
+    "benchmarks-peers": (lambda: _load("latest.json"), peers_section),
 }
 
 #: what a registered fragment says before its command has committed any results

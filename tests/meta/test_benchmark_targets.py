@@ -115,3 +115,27 @@ def test_the_100_session_target_prints_its_rounds_and_their_spread() -> None:
         "median of 5 rounds of 8,000 turns; ours 14,000–17,000 turns/s, floor 9,000–11,000; "
         "round by round 1.40–1.78x"
     )
+
+
+def test_a_peer_behind_ours_is_met_ahead_of_ours_missed_and_absent_not_measured() -> None:
+    def entry(label: str, kind: str, rates: dict[str, int], **extra: str) -> dict[str, Any]:
+        levels = {n: {"turns_per_s": rate} for n, rate in rates.items()}
+        return {"label": label, "kind": kind, "levels": levels, **extra}
+
+    results = {
+        "peers": {
+            "levels": [1, 100],
+            "sqlite": {
+                "ours_sqlite": entry("ours", "ours", {"1": 900, "100": 5000}),
+                "langgraph_sqlite": entry("LangGraph", "peer", {"1": 300, "100": 6000}),
+                "adk_sqlite": entry("ADK", "peer", {}, missing="not installed (no google.adk)"),
+            },
+        }
+    }
+    found = {t["target"]: t for t in check_targets(results)}
+    assert found["ours ahead of LangGraph on SQLite, 1 session"]["met"] is True
+    behind = found["ours ahead of LangGraph on SQLite, 100 sessions"]
+    assert behind["met"] is False and behind["gap"] == "missed by 17%"
+    absent = found["ours ahead of ADK on SQLite, 100 sessions"]
+    assert absent["met"] is None and absent["note"].startswith("not installed")
+    assert not any("PostgreSQL, " in name for name in found)

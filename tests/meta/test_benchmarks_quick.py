@@ -137,6 +137,8 @@ def test_quick_benchmark_runs_every_workload(tmp_path: Path) -> None:
         assert f"ours_{'sqlite' if backend == 'sqlite' else 'pg'}" in steps
         assert all(_finite_positive(step["us"]) for step in steps.values()), steps
 
+        _check_peers(results, backend)
+
     names = {t["target"] for t in results["targets"]}
     assert "SQLite commit-per-turn vs 1-hop aiosqlite floor, our rows (guard)" in names
     assert "PostgreSQL 100 sessions vs raw one-statement floor (same pool)" in names
@@ -144,5 +146,57 @@ def test_quick_benchmark_runs_every_workload(tmp_path: Path) -> None:
     text = (tmp_path / "quick.md").read_text(encoding="utf-8")
     assert "QUICK run" in text and "## Targets" in text and "## Durability" in text
     assert "(a) SQLite: one session, commit per turn" in text
-    for png in ("throughput_vs_concurrency.png", "read_latency_vs_history.png"):
+    assert "(g) Peers" in text
+    assert any(name.startswith("ours ahead of SDK SQLAlchemySession") for name in names)
+    for png in (
+        "throughput_vs_concurrency.png",
+        "read_latency_vs_history.png",
+        "peers_throughput.png",
+    ):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+# The SDK's sessions ship with openai-agents: (g) always measures them. LangGraph and
+# ADK come with the bench-peers extra, which the test virtualenv may lack.
+ALWAYS_PEERS = {
+    "sqlite": {"ours_sqlite", "sdk_sqlalchemy_sqlite", "sdk_advanced_sqlite"},
+    "postgres": {"ours_pg", "sdk_sqlalchemy_pg"},
+}
+OPTIONAL_PEERS = {
+    "sqlite": {"langgraph_sqlite", "adk_sqlite"},
+    "postgres": {"langgraph_pg", "adk_pg"},
+}
+
+
+def _check_peers(results: dict[str, object], backend: str) -> None:
+    """(g): every subject measured (or reported not installed), verified, its settings
+    read back and the same as ours."""
+    data = results["peers"][backend]  # type: ignore[index]
+    assert set(data) == ALWAYS_PEERS[backend] | OPTIONAL_PEERS[backend], sorted(data)
+    measured = [key for key, entry in data.items() if "missing" not in entry]
+    assert ALWAYS_PEERS[backend] <= set(measured), data
+    for key, entry in data.items():
+        if "missing" in entry:
+            assert key in OPTIONAL_PEERS[backend]
+            assert entry["missing"].startswith("not installed"), entry
+            assert not entry["levels"], entry
+            continue
+        assert "error" not in entry, (key, entry)
+        assert entry["version"] != "not installed", entry
+        levels = entry["levels"]
+        assert set(levels) == {str(n) for n in results["peers"]["levels"]}, (key, levels)  # type: ignore[index]
+        for level, cell in levels.items():
+            # the session read back holds 4 items per turn; every history read was whole
+            assert cell["verified"] is True, (key, level, cell)
+            assert cell["read_mismatches"] == 0, (key, level, cell)
+            assert _finite_positive(cell["turns_per_s"]), (key, level, cell)
+            assert cell["sessions_checked"] >= 1, (key, level, cell)
+            if key == OURS[backend]:
+                assert cell["errors"] == 0 and cell["turns"] == cell["attempted"], cell
+    names = ("journal_mode", "synchronous") if backend == "sqlite" else ("synchronous_commit",)
+    ours = data[OURS[backend]]["durability"]
+    for key in measured:
+        durability = data[key]["durability"]
+        assert "error" not in durability, (key, durability)
+        for name in names:
+            assert durability[name] == ours[name], (key, name, durability, ours)
