@@ -20,7 +20,7 @@ from .._model.policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity
 from .._model.validate import validate_session_id
 from ..errors import SessionError, StoreClosedError
 from .marks import WriteMarks
-from .resource import AsyncResource, Lifecycle
+from .resource import OPEN, AsyncResource
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -160,7 +160,7 @@ class StoreBase(AsyncResource, Generic[S]):
     def usable_here(self) -> bool:
         """Open and bound to the running event loop (what :meth:`check_usable` checks,
         without building its error message: commits ask this first)."""
-        return self._lifecycle is Lifecycle.OPEN and self._loop is asyncio.get_running_loop()
+        return self._lifecycle is OPEN and self._loop is asyncio.get_running_loop()
 
     def commit_slot(self, operation: str) -> _CommitSlot:
         """``with store.commit_slot(op) as backend``: one commit that ``close()``
