@@ -93,7 +93,8 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
     outcome of that attempt is then unknown, and the caller records it so. The store
     counts the commit as in flight meanwhile (its ``close()`` waits for it).
     """
-    with store.commit_slot("commit") as backend:
+    backend = store.enter_commit("commit")
+    try:
         marks = store.write_marks
         began = marks.begin(session_id)
         observer = HOOK.observer
@@ -112,8 +113,10 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
                     outcome = await _retried(backend, store.retry, session_id, batches, failure)
         finally:
             mark = marks.end(began)
-        outcome.mark, outcome.previous = mark, began.previous
-        return outcome
+    finally:
+        store.leave_commit()
+    outcome.mark, outcome.previous = mark, began.previous
+    return outcome
 
 
 async def _observed(

@@ -73,22 +73,6 @@ class BackendView(Generic[B]):
         return cast(B, store.backend)
 
 
-class _CommitSlot:
-    """A commit in flight on a store (a plain class: no async generator on the hot path)."""
-
-    __slots__ = ("_store",)
-
-    def __init__(self, store: StoreBase[Any]) -> None:
-        self._store = store
-
-    def __enter__(self) -> Backend:
-        self._store._enter_commit()
-        return self._store.backend
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._store._leave_commit()
-
-
 class StoreBase(AsyncResource, Generic[S]):
     """The part of :class:`~sessions.Store` every store operation stands on (its
     docstring says what the settings mean)."""
@@ -162,17 +146,18 @@ class StoreBase(AsyncResource, Generic[S]):
         without building its error message: commits ask this first)."""
         return self._lifecycle is OPEN and self._loop is asyncio.get_running_loop()
 
-    def commit_slot(self, operation: str) -> _CommitSlot:
-        """``with store.commit_slot(op) as backend``: one commit that ``close()``
-        waits for (retries included). Refused once the store is closing."""
+    def enter_commit(self, operation: str) -> Backend:
+        """One commit begins that ``close()`` waits for (retries included): the
+        backend to apply it with. Refused once the store is closing. The caller calls
+        :meth:`leave_commit` when it ends, in a ``finally`` (a pair of calls rather than
+        a context manager: every commit runs them)."""
         if not self.usable_here():
             self.check_usable(operation)
-        return _CommitSlot(self)
-
-    def _enter_commit(self) -> None:
         self._in_flight += 1
+        return self._backend
 
-    def _leave_commit(self) -> None:
+    def leave_commit(self) -> None:
+        """The commit :meth:`enter_commit` began has ended."""
         self._in_flight -= 1
         if not self._in_flight and self._drained is not None:
             self._drained.set()
