@@ -356,7 +356,10 @@ class Staging:
     def __bool__(self) -> bool:
         """``True`` when anything is staged (whatever its state)."""
         with self._mutex:
-            return any(not stage.empty() for stage in self._stages)
+            for stage in self._stages:  # a loop, not any(): asked by every commit
+                if not stage.empty():
+                    return True
+            return False
 
     @_atomic
     def in_doubt(self) -> bool:
@@ -379,7 +382,9 @@ class Staging:
         the session they were made against).
         """
         with self._mutex:
-            self._stages = [stage for stage in self._stages if not stage.empty()]
+            stages = self._stages
+            if len(stages) != 1 or stages[0].empty():  # one stage: the usual commit
+                stages = self._stages = [stage for stage in stages if not stage.empty()]
             batches: list[Batch] = []
             version = self.run_state_version
             for index, stage in enumerate(self._stages):
@@ -417,7 +422,11 @@ class Staging:
     def unresolved(self) -> list[str]:
         """Ids of the ``UNKNOWN`` stages, to ask the database about."""
         with self._mutex:
-            return [stage.batch_id for stage in self._stages if stage.state is _UNKNOWN]
+            found: list[str] = []
+            for stage in self._stages:  # a loop, not a comprehension: asked by every commit
+                if stage.state is _UNKNOWN:
+                    found.append(stage.batch_id)
+            return found
 
     @_atomic
     def resolve(self, applied: Collection[str]) -> None:

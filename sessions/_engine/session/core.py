@@ -16,7 +16,13 @@ from ..._model.options import SESSION_KEYWORDS, check_keywords, session_options
 from ..._model.policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity
 from ..._model.staging import PendingChanges, Staging
 from ..._model.validate import validate_bool, validate_limit, validate_session_id
-from ...errors import SessionClosedError, SessionError, StoreClosedError, UncommittedChangesWarning
+from ...errors import (
+    CommitError,
+    SessionClosedError,
+    SessionError,
+    StoreClosedError,
+    UncommittedChangesWarning,
+)
 from ..commit import interrupted_error
 from ..locks import CrossLoopLock
 from ..marks import Held
@@ -226,11 +232,15 @@ class SessionCore(AsyncResource):
         try:
             return await drive(work(), self.commit_timeout)  # shielded(), one frame fewer
         except DeadlineExceeded as exc:
-            store = self.store
-            backend = None if store is None else store.backend
-            if known is None:
-                known = not self._staging.in_doubt()
-            raise interrupted_error(self.session_id, backend, exc, known=known) from exc
+            raise self._missed(exc, known) from exc
+
+    def _missed(self, exc: DeadlineExceeded, known: bool | None = None) -> CommitError:
+        """The error for shielded work that missed its deadline (:meth:`_shield`)."""
+        store = self.store
+        backend = None if store is None else store.backend
+        if known is None:
+            known = not self._staging.in_doubt()
+        return interrupted_error(self.session_id, backend, exc, known=known)
 
     def _warn_discarded(self, why: str, stacklevel: int = 3) -> None:
         pending = self.pending
