@@ -116,6 +116,13 @@ def tail_after(known: Sequence[Any] | None, batches: Sequence[Batch]) -> tuple[A
     them (``None``: not known; then what the batches append, itself the end of the
     history). ``None`` if a batch changes the history otherwise than by appending
     (pops, a rewind)."""
+    if len(batches) == 1:  # the usual commit: tuples joined, no list in between
+        batch = batches[0]
+        own = batch.shapes
+        if own is not None and not batch.pops and batch.rewind is None and None not in own:
+            if len(own) == len(batch.items):
+                joined = own if batch.clear or not known else (*known, *own)
+                return joined if len(joined) <= _KNOWN else joined[-_KNOWN:]
     shapes = list(known or ())
     for batch in batches:
         if batch.pops or batch.rewind is not None:

@@ -35,7 +35,15 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from .backend import Batch, InfoChange, RunStateChange, TurnRecord, TurnUsage, new_batch_id
+from .backend import (
+    Batch,
+    InfoChange,
+    RunStateChange,
+    TurnRecord,
+    TurnUsage,
+    new_batch_id,
+    staged_batch,
+)
 from .catalogue import merge_info
 from .history import Shape
 from .turns import check_usage_total
@@ -132,7 +140,7 @@ class Stage:
         if items:
             no_record = self.run_id is None and self.usage is None
             turn = _BARE_TURN if no_record else TurnRecord(self.run_id, usage=self.usage)
-        return Batch(
+        return staged_batch(
             self.batch_id,
             self.clear,
             pops,
