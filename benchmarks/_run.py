@@ -253,6 +253,8 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
         elif "e" in which:
             await _memory_all(backends, cfg, dsn, schema, results, progress)
 
+    progress("the core's own CPU per commit (a backend that stores nothing)")
+    results["core_cpu"] = await breakdown.core_cpu(*((3, 200) if cfg.quick else ()))
     if "f" in which:
         progress("(f) step-by-step breakdown of one commit")
         results["breakdown"] = await breakdown.run(

@@ -73,3 +73,25 @@ def test_the_sqlite_targets_are_judged_against_the_one_hop_floor_writing_our_row
     sdk = _target(results, SQLITE_SDK)
     assert sdk["met"] is False and sdk["out_of_reach"] == ""
     assert "1-hop floor, our rows 1.24x" in sdk["ceiling"]
+
+
+CORE_CPU = "core CPU per commit (µs)"
+
+
+@pytest.mark.parametrize(("us", "met"), [(15.2, True), (16.0, True), (17.6, False)])
+def test_the_core_cpu_per_commit_is_a_target_of_its_own(us: float, met: bool) -> None:
+    from benchmarks._report import core_cpu_section
+
+    core = {"us": us, "rounds_us": [us] * 3, "turns_per_round": 1000, "goal_us": 16}
+    results = {**_results({}, {}), "core_cpu": core}
+    target = _target(results, CORE_CPU)
+    assert target["required"] == "<= 16" and target["met"] is met
+    assert target["note"] == "median of 3 rounds, CPU time"
+    assert any(f"{us:.1f} µs" in line for line in core_cpu_section(results))
+
+
+def test_without_the_core_cpu_figure_its_target_is_not_measured() -> None:
+    from benchmarks._report import core_cpu_section
+
+    assert _target(_results({}, {}), CORE_CPU)["met"] is None
+    assert core_cpu_section(_results({}, {})) == []
