@@ -13,8 +13,9 @@ it with the spread of the rounds (also recorded) in mind.
 
 :func:`core_cpu` is the core's own CPU per commit (the same turn over a backend that
 stores nothing, CPU time in a hot loop), a figure with a goal of its own
-(:data:`CORE_CPU_GOAL_US`): every ``python -m benchmarks`` run measures it (a few
-seconds), under ``"core_cpu"``; this command prints it too.
+(:data:`CORE_CPU_GOAL_US`): every ``python -m benchmarks`` run measures it in a fresh
+process (``--core-cpu-only``; a few seconds), under ``"core_cpu"``; this command prints
+it too.
 """
 
 from __future__ import annotations
@@ -447,7 +448,15 @@ def main(argv: list[str] | None = None) -> int:
         "--backends", nargs="+", choices=["sqlite", "postgres"], default=["sqlite", "postgres"]
     )
     parser.add_argument("--pg-dsn", default=default_dsn())
+    parser.add_argument(
+        "--core-cpu-only",
+        action="store_true",
+        help="measure only the core's own CPU per commit; print it as one JSON line",
+    )
     args = parser.parse_args(argv)
+    if args.core_cpu_only:
+        print(json.dumps(asyncio.run(core_cpu(*((3, 200) if args.quick else ())))))
+        return 0
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
