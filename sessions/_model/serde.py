@@ -167,7 +167,12 @@ def encode_staged(items: Iterable[Any]) -> tuple[list[str], list[Shape]]:
     texts: list[str] = []
     shapes: list[Shape] = []
     for index, item in enumerate(_item_list(items)):
-        text = _encode_fast(item)
+        text = None
+        if type(item) is dict and _plain(item, 0):  # _encode_fast, in this frame
+            try:
+                text = _dumps(item).decode()
+            except orjson.JSONEncodeError:
+                pass
         texts.append(encode_item(item, index) if text is None else text)
         shapes.append(shape_of(item))  # a dict: encode_item refuses anything else
     return texts, shapes
