@@ -169,6 +169,19 @@ def check_targets(results: Result) -> list[Result]:
         0.0,
         note=note,
     )
+    # --- the core's own CPU per commit (a backend that stores nothing)
+    from .breakdown import CORE_CPU_GOAL_US
+
+    core = _get(results, "core_cpu")
+    if not core or "us" not in core:
+        core = None
+    add(
+        "core CPU per commit (µs)",
+        None if core is None else core["us"],
+        "<=",
+        CORE_CPU_GOAL_US,
+        note="" if core is None else f"median of {len(core['rounds_us'])} rounds, CPU time",
+    )
     # --- one session, commit per turn: guards against regression (issue 31)
     one_hop_bare = vs("sqlite", "raw_aiosqlite_1hop")
     raw_sqlite3 = vs("sqlite", "raw_sqlite3")
@@ -826,6 +839,27 @@ def _section_e(results: Result, level: str) -> list[str]:
     return [f"{level} {title}", ""] + _table(header, rows) + [""]
 
 
+def core_cpu_section(results: Result, level: str = "##") -> list[str]:
+    """The core's own CPU per commit (``benchmarks/breakdown.py``'s ``core_cpu``)."""
+    core = results.get("core_cpu")
+    if not core:
+        return []
+    if "us" not in core:
+        return [f"{level} The core's own CPU per commit", "", f"- could not measure: {core}", ""]
+    return [
+        f"{level} The core's own CPU per commit",
+        "",
+        f"**{_fmt(core['us'], 1)} µs** per `add_items(4 items)` + `commit()` (goal: at most "
+        f"{core['goal_us']} µs): one session over a backend that stores nothing, integrity "
+        f"at its default; CPU time (`time.process_time`) in a hot loop, median of "
+        f"{len(core['rounds_us'])} rounds of {core['turns_per_round']:,} turns (rounds: "
+        + ", ".join(_fmt(v, 1) for v in core["rounds_us"])
+        + " µs). What the core itself costs every commit, whatever the database: staging, "
+        "validation and encoding, the history rules, the shield, the commit path.",
+        "",
+    ]
+
+
 def breakdown_tables(results: Result, level: str = "##") -> list[str]:
     """(f): microseconds per turn, step by step (see ``benchmarks/breakdown.py``)."""
     from .breakdown import POSTGRES_TABLE, SQLITE_TABLE, derive
@@ -865,6 +899,7 @@ def body(results: Result, level: str = "##") -> list[str]:
         for section in (_section_a, _section_b, _section_c, _section_d):
             lines += section(results, backend, level)
     lines += _section_e(results, level)
+    lines += core_cpu_section(results, level)
     lines += breakdown_tables(results, level)
     lines += peers_tables(results, level)
     for failure in results.get("failures", []):

@@ -169,6 +169,28 @@ async def _memory(backend: str, cfg: Config, dsn: str, schema: str) -> Result:
     return result
 
 
+async def _core_cpu(cfg: Config) -> Result:
+    """``breakdown.core_cpu`` in a fresh process: what the workloads before it leave in
+    this one (objects for the collector to walk, threads) must not weigh on it."""
+    command = [sys.executable, "-m", "benchmarks.breakdown", "--core-cpu-only"]
+    if cfg.quick:
+        command.append("--quick")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    proc = await asyncio.create_subprocess_exec(
+        *command,
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        return {"error": f"exit {proc.returncode}: {err.decode(errors='replace')[-800:]}"}
+    result: Result = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
 async def _memory_all(
     backends: list[str], cfg: Config, dsn: str, schema: str, results: Result, progress: Progress
 ) -> None:
@@ -263,6 +285,8 @@ async def run(args: argparse.Namespace, argv: list[str]) -> Result:
                 progress=progress,
             )
 
+    progress("the core's own CPU per commit (a backend that stores nothing; fresh process)")
+    results["core_cpu"] = await _core_cpu(cfg)
     if "f" in which:
         progress("(f) step-by-step breakdown of one commit")
         results["breakdown"] = await breakdown.run(

@@ -10,6 +10,12 @@ rotating) so that a busy moment lands on every step; the figure is the median ro
 Differences between steps are what the docs call a step's cost (for example the fsync
 is "durable" minus "``synchronous=OFF``"): each is a difference of two medians, so read
 it with the spread of the rounds (also recorded) in mind.
+
+:func:`core_cpu` is the core's own CPU per commit (the same turn over a backend that
+stores nothing, CPU time in a hot loop), a figure with a goal of its own
+(:data:`CORE_CPU_GOAL_US`): every ``python -m benchmarks`` run measures it in a fresh
+process (``--core-cpu-only``; a few seconds), under ``"core_cpu"``; this command prints
+it too.
 """
 
 from __future__ import annotations
@@ -70,6 +76,41 @@ def _noop_store() -> Any:
         session_class = BufferedSession
 
     return NoopStore(_NoopBackend())
+
+
+#: The core's own CPU per commit (``core_cpu``): its goal, in µs.
+CORE_CPU_GOAL_US = 16
+
+
+async def core_cpu(rounds: int = 9, turns: int = 1000) -> Result:
+    """The core's own CPU per commit: CPU time (``time.process_time``) per turn of
+    ``add_items(4 items)`` + ``commit()`` of one session over a backend that stores
+    nothing (``_noop_store``; integrity at its default), in a hot loop; the median of
+    ``rounds`` rounds of ``turns`` turns, after a warm-up round. CPU time, not wall
+    time: a busy moment of the machine costs this process less of it (a loaded
+    machine still slows it down: caches, a shared core)."""
+    store = _noop_store()
+    session = store.session("cpu")
+    source = TurnSource(seed=9)
+    pool = [source.next() for _ in range(64)]
+    samples: list[float] = []
+    try:
+        for r in range(rounds + 1):
+            start = time.process_time()
+            for i in range(turns):
+                await session.add_items(pool[i % 64])
+                await session.commit()
+            if r:  # the first round warms up
+                samples.append((time.process_time() - start) / turns * 1e6)
+    finally:
+        await store.close()
+    return {
+        "us": statistics.median(samples),
+        "rounds_us": [round(v, 2) for v in samples],
+        "turns_per_round": turns,
+        "goal_us": CORE_CPU_GOAL_US,
+        "clock": "process_time",
+    }
 
 
 async def _turns(step: Step, source: TurnSource, n: int) -> float:
@@ -407,12 +448,21 @@ def main(argv: list[str] | None = None) -> int:
         "--backends", nargs="+", choices=["sqlite", "postgres"], default=["sqlite", "postgres"]
     )
     parser.add_argument("--pg-dsn", default=default_dsn())
+    parser.add_argument(
+        "--core-cpu-only",
+        action="store_true",
+        help="measure only the core's own CPU per commit; print it as one JSON line",
+    )
     args = parser.parse_args(argv)
+    if args.core_cpu_only:
+        print(json.dumps(asyncio.run(core_cpu(*((3, 200) if args.quick else ())))))
+        return 0
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
     result = asyncio.run(run(args.backends, args.pg_dsn, args.quick, progress))
+    result["core_cpu"] = asyncio.run(core_cpu(*((3, 200) if args.quick else ())))
     print(json.dumps(result, indent=1))
     return 0
 

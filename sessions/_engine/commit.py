@@ -93,19 +93,30 @@ async def apply_batches(store: Store[Any], session_id: str, batches: Sequence[Ba
     outcome of that attempt is then unknown, and the caller records it so. The store
     counts the commit as in flight meanwhile (its ``close()`` waits for it).
     """
-    with store.commit_slot("commit") as backend:
+    backend = store.enter_commit("commit")
+    try:
         marks = store.write_marks
         began = marks.begin(session_id)
         observer = HOOK.observer
         try:
-            if observer is None:
-                outcome = await _apply_with_retries(backend, store.retry, session_id, batches)
-            else:
+            if observer is not None:
                 outcome = await _observed(observer, backend, store.retry, session_id, batches)
+            else:
+                failure: StorageError | None = None
+                try:  # the first attempt right here: one coroutine fewer per commit
+                    await backend.apply(session_id, batches)
+                except StorageError as exc:
+                    failure = exc
+                if failure is None:
+                    outcome = Outcome(_ids(batches))
+                else:
+                    outcome = await _retried(backend, store.retry, session_id, batches, failure)
         finally:
             mark = marks.end(began)
-        outcome.mark, outcome.previous = mark, began.previous
-        return outcome
+    finally:
+        store.leave_commit()
+    outcome.mark, outcome.previous = mark, began.previous
+    return outcome
 
 
 async def _observed(
@@ -115,7 +126,7 @@ async def _observed(
     session_id: str,
     batches: Sequence[Batch],
 ) -> Outcome:
-    """:func:`_apply_with_retries`, reported to ``observer``."""
+    """:func:`_retried`, reported to ``observer``."""
     op = Operation(
         "commit",
         system_of(backend),
@@ -124,7 +135,7 @@ async def _observed(
     )
     observer.begin(op)
     try:
-        outcome = await _apply_with_retries(backend, policy, session_id, batches)
+        outcome = await _retried(backend, policy, session_id, batches)
     except BaseException as exc:
         op.outcome = "cancelled" if isinstance(exc, asyncio.CancelledError) else "error"
         op.error_type = type(exc).__name__
@@ -142,33 +153,42 @@ async def _observed(
         observer.end(op)
 
 
-async def _apply_with_retries(
-    backend: Backend, policy: RetryPolicy, session_id: str, batches: Sequence[Batch]
+async def _retried(
+    backend: Backend,
+    policy: RetryPolicy,
+    session_id: str,
+    batches: Sequence[Batch],
+    failure: StorageError | None = None,
 ) -> Outcome:
+    """``batches`` applied with ``policy``'s attempts; ``failure``: how the first
+    attempt, already made by the caller, failed (``None``: not made yet)."""
     known = True
     last: TransientStorageError | None = None
     for attempt in range(1, policy.attempts + 1):
-        try:
-            await backend.apply(session_id, batches)
-        except TransientStorageError as exc:
-            last, known = exc, known and exc.outcome_known
-            if attempt < policy.attempts:
-                delay = policy.delay(attempt)
-                logger.info(
-                    "session %r: commit attempt %d/%d failed (%s); retrying in %.3fs",
-                    session_id,
-                    attempt,
-                    policy.attempts,
-                    exc,
-                    delay,
-                )
-                await asyncio.sleep(delay)
-        except StorageError as exc:  # the database rolled the transaction back
-            error = _rolled_back(session_id, exc, attempt)
-            error.__cause__ = exc
+        if failure is None:
+            try:
+                await backend.apply(session_id, batches)
+            except StorageError as exc:
+                failure = exc
+            else:
+                return Outcome(_ids(batches), attempts=attempt)
+        if not isinstance(failure, TransientStorageError):
+            # The database rolled the transaction back.
+            error = _rolled_back(session_id, failure, attempt)
+            error.__cause__ = failure
             return Outcome(frozenset(), error, attempt)
-        else:
-            return Outcome(_ids(batches), attempts=attempt)
+        last, known, failure = failure, known and failure.outcome_known, None
+        if attempt < policy.attempts:
+            delay = policy.delay(attempt)
+            logger.info(
+                "session %r: commit attempt %d/%d failed (%s); retrying in %.3fs",
+                session_id,
+                attempt,
+                policy.attempts,
+                last,
+                delay,
+            )
+            await asyncio.sleep(delay)
     assert last is not None
     return await _give_up(backend, session_id, batches, policy.attempts, known, last)
 

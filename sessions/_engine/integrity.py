@@ -36,7 +36,7 @@ from .._model.policy import Integrity
 from ..errors import InvalidHistoryError
 from .observe import observed_load
 
-__all__ = ["judge", "tail_after"]
+__all__ = ["clean", "judge", "tail_after"]
 
 logger = logging.getLogger("sessions")
 
@@ -116,6 +116,13 @@ def tail_after(known: Sequence[Any] | None, batches: Sequence[Batch]) -> tuple[A
     them (``None``: not known; then what the batches append, itself the end of the
     history). ``None`` if a batch changes the history otherwise than by appending
     (pops, a rewind)."""
+    if len(batches) == 1:  # the usual commit: tuples joined, no list in between
+        batch = batches[0]
+        own = batch.shapes
+        if own is not None and not batch.pops and batch.rewind is None and None not in own:
+            if len(own) == len(batch.items):
+                joined = own if batch.clear or not known else (*known, *own)
+                return joined if len(joined) <= _KNOWN else joined[-_KNOWN:]
     shapes = list(known or ())
     for batch in batches:
         if batch.pops or batch.rewind is not None:
@@ -196,6 +203,20 @@ def _message(session_id: str, defects: Sequence[Defect], items: Sequence[Any]) -
         f"refuses: {shown}{more}. Nothing was applied; the changes are still staged "
         "(pop_item() or rollback() them)"
     )
+
+
+def clean(batches: Sequence[Batch]) -> bool:
+    """Whether :func:`judge` would return ``batches`` as they are without reading
+    anything: one batch that pops nothing and whose items, by their shapes, break no
+    rule (the usual commit: a whole turn). What a commit asks first, in its own frame:
+    no coroutine, nothing built."""
+    if len(batches) != 1:
+        return False
+    batch = batches[0]
+    shapes = batch.shapes
+    if batch.pops or shapes is None or len(shapes) != len(batch.items) or None in shapes:
+        return False
+    return not shapes or not check_history(shapes, finished=False)
 
 
 async def judge(

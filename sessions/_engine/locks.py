@@ -48,6 +48,15 @@ class CrossLoopLock:
     def locked(self) -> bool:
         return self._locked
 
+    def take(self) -> bool:
+        """Take the lock if it is free, without waiting; ``False`` if it is held (then
+        :meth:`acquire` waits for it). What a commit tries first: no coroutine."""
+        with self._mutex:
+            if self._locked:
+                return False
+            self._locked = True
+            return True
+
     async def acquire(self) -> None:
         with self._mutex:
             if not self._locked:

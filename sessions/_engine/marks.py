@@ -71,20 +71,21 @@ class WriteMarks:
         return self._tick
 
     def begin(self, session_id: str) -> Began:
+        self._tick = mark = self._tick + 1  # _next(), in this frame: every commit runs it
         cell = self._cells.get(session_id)
         if cell is None:
-            cell = self._cells[session_id] = _Cell(self._next())
-            return Began(cell, cell.mark, None)
+            cell = self._cells[session_id] = _Cell(mark)
+            return Began(cell, mark, None)
         previous = cell.mark
-        cell.mark = self._next()
-        return Began(cell, cell.mark, previous)
+        cell.mark = mark
+        return Began(cell, mark, previous)
 
     def end(self, began: Began) -> Held | None:
         """The write's closing mark if no other write of the session began or ended
         while it ran, else ``None``."""
         cell = began.cell
         alone = cell.mark == began.mark
-        cell.mark = self._next()
+        self._tick = cell.mark = self._tick + 1
         return Held(cell, cell.mark) if alone else None
 
     def forget(self, session_id: str | None = None) -> None:

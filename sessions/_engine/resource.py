@@ -23,7 +23,7 @@ from .shield import DeadlineExceeded, shielded
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-__all__ = ["AsyncResource", "Lifecycle", "loop_name"]
+__all__ = ["OPEN", "AsyncResource", "Lifecycle", "loop_name"]
 
 logger = logging.getLogger("sessions")
 
@@ -32,6 +32,11 @@ class Lifecycle(enum.Enum):
     OPEN = "open"
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+#: ``Lifecycle.OPEN`` as a plain module name: every operation checks it, and reading an
+#: enum member off its class runs Python code on Python 3.11.
+OPEN = Lifecycle.OPEN
 
 
 def call_name(operation: str) -> str:
@@ -78,10 +83,10 @@ class AsyncResource:
     @property
     def closed(self) -> bool:
         """``True`` once ``close()`` has been called (closing or closed)."""
-        return self._lifecycle is not Lifecycle.OPEN
+        return self._lifecycle is not OPEN
 
     def _check_open(self, operation: str) -> None:
-        if self._lifecycle is not Lifecycle.OPEN:
+        if self._lifecycle is not OPEN:
             raise self._closed_error(operation)
 
     def _check_loop(self, operation: str) -> None:

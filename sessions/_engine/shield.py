@@ -194,8 +194,8 @@ class _Watch:
         self.timer: asyncio.TimerHandle | None = None
         self.due = float("inf")
 
-    def add(self, loop: asyncio.AbstractEventLoop, clock: _Clock, timeout: float) -> None:
-        when = loop.time() + timeout
+    def add(self, loop: asyncio.AbstractEventLoop, clock: _Clock, when: float) -> None:
+        """Expire ``clock`` at ``when`` (the loop's time; past already: at once)."""
         self.clocks[clock] = when
         if when < self.due:
             self._arm(loop, when)
@@ -243,16 +243,17 @@ class _Clock:
 
     __slots__ = ("expired", "firm", "relay", "released", "timer", "watch")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, timeout: float | None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, due: float | None) -> None:
+        """A clock expiring at ``due`` (the loop's time; ``None``: never)."""
         self.expired = False
         self.relay: _Relay | None = None
         self.firm: Firm[Any] | None = None
         self.released: Firm[Any] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.watch: _Watch | None = None
-        if timeout is not None:
+        if due is not None:
             self.watch = _watch(loop)
-            self.watch.add(loop, self, timeout)
+            self.watch.add(loop, self, due)
 
     def expire(self) -> None:
         self.watch = None
@@ -296,9 +297,16 @@ def drive(
     loop = asyncio.get_running_loop()
     steps = work.__await__()
     context = contextvars.copy_context()  # the work's own, as a task of its own would have
-    clock = _Clock(loop, timeout)
+    due = None if timeout is None else loop.time() + timeout
+    try:  # the first step: a work that never waits ends here, with no clock to keep
+        waited = context.run(steps.send, None)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+    except asyncio.CancelledError as exc:
+        raise exc from None  # as a later step's (_steps)
+    clock = _Clock(loop, due)  # deadline from the call on: a past one expires at once
     try:
-        return (yield from _steps(loop, steps, context, clock, timeout, grace))
+        return (yield from _steps(loop, steps, context, clock, timeout, grace, waited))
     finally:
         clock.stop()
 
@@ -352,11 +360,41 @@ def _steps(
     clock: _Clock,
     timeout: float | None,
     grace: float,
+    waited: Any,
 ) -> Generator[Any, Any, T]:
+    """The work's steps after its first, which yielded ``waited``."""
     cancelled: asyncio.CancelledError | None = None
     in_grace = False
-    error: BaseException | None = None  # to throw into the work at its next step
     while True:
+        error: BaseException | None = None  # to throw into the work at its next step
+        if waited is not None and getattr(waited, "_asyncio_future_blocking", None) is not True:
+            error = RuntimeError(f"bad yield in shielded work: {waited!r}")  # as a Task says
+        else:
+            if waited is not None:
+                waited._asyncio_future_blocking = False  # taken, as a Task takes it
+            # The work waits on ``waited`` (a future, or None: one turn of the loop).
+            caught = yield from _wait(loop, waited, clock)
+            if cancelled is None:
+                cancelled = caught
+            if clock.expired and not (
+                waited is not None and waited.done() and waited is not clock.released
+            ):
+                if in_grace:
+                    # Out of grace too: the work goes on in the background; the caller
+                    # is released.
+                    rest = loop.create_task(_rest(steps, waited, context))
+                    rest.add_done_callback(_consume)
+                    if cancelled is not None:
+                        raise cancelled
+                    assert timeout is not None
+                    raise DeadlineExceeded(timeout, finished=False)
+                # Out of time: cancel the work (as cancelling its task would) and give it
+                # ``grace`` seconds to end with an outcome of its own.
+                in_grace = True
+                clock.restart(loop, grace)
+                if waited is not None:
+                    waited.cancel()
+                error = asyncio.CancelledError()
         try:
             waited = _advance(steps, context, error)
         except StopIteration as stop:
@@ -374,36 +412,6 @@ def _steps(
             if cancelled is not None:
                 raise cancelled from failure
             raise
-        error = None
-        if waited is not None:
-            if getattr(waited, "_asyncio_future_blocking", None) is not True:
-                error = RuntimeError(f"bad yield in shielded work: {waited!r}")  # as a Task says
-                continue
-            waited._asyncio_future_blocking = False  # taken, as a Task takes it
-        # The work waits on ``waited`` (a future, or None: one turn of the loop).
-        caught = yield from _wait(loop, waited, clock)
-        if cancelled is None:
-            cancelled = caught
-        if not clock.expired or (
-            waited is not None and waited.done() and waited is not clock.released
-        ):
-            continue
-        if not in_grace:
-            # Out of time: cancel the work (as cancelling its task would) and give it
-            # ``grace`` seconds to end with an outcome of its own.
-            in_grace = True
-            clock.restart(loop, grace)
-            if waited is not None:
-                waited.cancel()
-            error = asyncio.CancelledError()
-            continue
-        # Out of grace too: the work goes on in the background; the caller is released.
-        rest = loop.create_task(_rest(steps, waited, context))
-        rest.add_done_callback(_consume)
-        if cancelled is not None:
-            raise cancelled
-        assert timeout is not None
-        raise DeadlineExceeded(timeout, finished=False)
 
 
 async def shielded(work: Awaitable[T], *, timeout: float | None, grace: float = GRACE) -> T:

@@ -20,7 +20,7 @@ from .._model.policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity
 from .._model.validate import validate_session_id
 from ..errors import SessionError, StoreClosedError
 from .marks import WriteMarks
-from .resource import AsyncResource, Lifecycle
+from .resource import OPEN, AsyncResource
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -71,22 +71,6 @@ class BackendView(Generic[B]):
         if store is None:
             return self
         return cast(B, store.backend)
-
-
-class _CommitSlot:
-    """A commit in flight on a store (a plain class: no async generator on the hot path)."""
-
-    __slots__ = ("_store",)
-
-    def __init__(self, store: StoreBase[Any]) -> None:
-        self._store = store
-
-    def __enter__(self) -> Backend:
-        self._store._enter_commit()
-        return self._store.backend
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._store._leave_commit()
 
 
 class StoreBase(AsyncResource, Generic[S]):
@@ -160,19 +144,20 @@ class StoreBase(AsyncResource, Generic[S]):
     def usable_here(self) -> bool:
         """Open and bound to the running event loop (what :meth:`check_usable` checks,
         without building its error message: commits ask this first)."""
-        return self._lifecycle is Lifecycle.OPEN and self._loop is asyncio.get_running_loop()
+        return self._lifecycle is OPEN and self._loop is asyncio.get_running_loop()
 
-    def commit_slot(self, operation: str) -> _CommitSlot:
-        """``with store.commit_slot(op) as backend``: one commit that ``close()``
-        waits for (retries included). Refused once the store is closing."""
+    def enter_commit(self, operation: str) -> Backend:
+        """One commit begins that ``close()`` waits for (retries included): the
+        backend to apply it with. Refused once the store is closing. The caller calls
+        :meth:`leave_commit` when it ends, in a ``finally`` (a pair of calls rather than
+        a context manager: every commit runs them)."""
         if not self.usable_here():
             self.check_usable(operation)
-        return _CommitSlot(self)
-
-    def _enter_commit(self) -> None:
         self._in_flight += 1
+        return self._backend
 
-    def _leave_commit(self) -> None:
+    def leave_commit(self) -> None:
+        """The commit :meth:`enter_commit` began has ended."""
         self._in_flight -= 1
         if not self._in_flight and self._drained is not None:
             self._drained.set()

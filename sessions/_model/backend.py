@@ -37,6 +37,7 @@ __all__ = [
     "TurnRow",
     "TurnUsage",
     "new_batch_id",
+    "staged_batch",
 ]
 
 
@@ -281,6 +282,48 @@ class Batch:
             and self.branch is None
             and self.rewind is None
         )
+
+
+#: What :func:`staged_batch` sets, each field's slot setter (which a frozen dataclass's own
+#: ``__init__`` reaches through ``object.__setattr__``, one lookup and call more a field).
+_SET = {name: getattr(Batch, name).__set__ for name in Batch.__dataclass_fields__}
+_NEW = object.__new__
+
+
+def staged_batch(
+    batch_id: str,
+    clear: bool,
+    pops: tuple[int, ...],
+    items: tuple[str, ...],
+    *,
+    tail: int | None,
+    run_state: RunStateChange | None,
+    turn: TurnRecord | None,
+    info: InfoChange | None,
+    expect_version: int | None,
+    incarnation: str | None,
+    shapes: tuple[Shape, ...] | None,
+) -> Batch:
+    """``Batch(batch_id, clear, pops, items, tail=..., ...)`` with every other field at
+    its default, the same value (``tests/unit/test_staging_batches.py`` compares the
+    two), made at a third of the cost: a session seals one on every commit."""
+    batch: Batch = _NEW(Batch)
+    _SET["batch_id"](batch, batch_id)
+    _SET["clear"](batch, clear)
+    _SET["pops"](batch, pops)
+    _SET["items"](batch, items)
+    _SET["restore_times"](batch, None)
+    _SET["tail"](batch, tail)
+    _SET["run_state"](batch, run_state)
+    _SET["turn"](batch, turn)
+    _SET["branch"](batch, None)
+    _SET["rewind"](batch, None)
+    _SET["info"](batch, info)
+    _SET["expect_version"](batch, expect_version)
+    _SET["quarantine"](batch, ())
+    _SET["incarnation"](batch, incarnation)
+    _SET["shapes"](batch, shapes)
+    return batch
 
 
 @dataclass(frozen=True, slots=True)

@@ -225,24 +225,27 @@ def check_history(items: Sequence[Any], *, finished: bool = True) -> list[Defect
             wrong = f"the item is a {item_label(item)}, not an object"
             add(Defect(index, "not_an_object", None, wrong))
             continue
-        kind = item.get("type")
+        get = item.get
+        kind = get("type")
         if not isinstance(kind, str):
             kind = "message" if "role" in item else None
-        item_id = item.get("id")
+        item_id = get("id")
         if isinstance(item_id, str) and item_id not in _NOT_IDS and kind not in _ID_IS_REFERENCE:
             if item_id in ids:
                 add(Defect(index, "duplicate_id", None, f"{kind} item repeats an item id"))
             ids.add(item_id)
         if kind in CALL_OUTPUT:
-            key = _call_key(kind, item)
-            if key is None:
+            key = item_id if kind == "mcp_approval_request" else get("call_id")  # _call_key
+            if not isinstance(key, str):
                 continue  # nothing can answer it; the API reports its own schema errors
             if (kind, key) in calls:
                 add(Defect(index, "duplicate_call", key, f"{kind} {key!r} appears twice"))
             else:
                 calls[(kind, key)] = index
         elif kind in _OUTPUT_CALL:
-            key = _output_key(kind, item)
+            key = get("call_id") if kind == "function_call_output" else _output_key(kind, item)
+            if not isinstance(key, str):
+                key = None
             call = _OUTPUT_CALL[kind]
             if key is None or (call, key) not in calls:
                 add(Defect(index, "orphan_output", key, f"{kind} {key!r} has no {call} before it"))
@@ -256,7 +259,8 @@ def check_history(items: Sequence[Any], *, finished: bool = True) -> list[Defect
                 add(Defect(index, "reasoning_without_follower", None, fault))
         else:  # a message or anything else: the run went past pending calls
             last_move = index
-    defects += _missing_outputs(calls, answered, None if finished else last_move)
+    if len(answered) < len(calls):  # else every call has its output
+        defects += _missing_outputs(calls, answered, None if finished else last_move)
     if len(defects) > 1:
         defects.sort(key=lambda defect: defect.index)
     return defects

@@ -23,6 +23,7 @@ _encode = json.JSONEncoder(
     ensure_ascii=False, allow_nan=False, separators=(",", ":"), check_circular=True
 ).encode
 _decode = json.JSONDecoder().decode
+_dumps = orjson.dumps
 
 
 _MAX_DEPTH = 500
@@ -112,7 +113,9 @@ def _plain(value: dict[Any, Any] | list[Any], depth: int) -> bool:
     """Whether ``value`` (a ``dict`` or a ``list``) holds only exact JSON types: ``dict``
     with ``str`` keys, ``list``, ``str``, ``int``, ``bool``, ``None`` and finite ``float``,
     at most :data:`_MAX_DEPTH` levels deep. Anything else (subclasses and tuples too) is
-    left to :func:`encode_item`, which accepts or refuses it."""
+    left to :func:`encode_item`, which accepts or refuses it. (Every staged item is
+    walked here: the commonest type, ``str``, is tested first, and an empty container
+    is not entered.)"""
     if depth > _MAX_DEPTH:
         return False
     if type(value) is dict:
@@ -124,13 +127,15 @@ def _plain(value: dict[Any, Any] | list[Any], depth: int) -> bool:
         children = value
     for child in children:
         kind = type(child)
-        if kind in _SCALARS:
+        if kind is str:
             continue
-        if kind is float:
-            if child - child != 0:  # NaN or an infinity
+        if kind is dict or kind is list:
+            if child and not _plain(child, depth + 1):
                 return False
-        elif kind is dict or kind is list:
-            if not _plain(child, depth + 1):
+        elif kind in _SCALARS:
+            continue
+        elif kind is float:
+            if child - child != 0:  # NaN or an infinity
                 return False
         else:
             return False
@@ -151,7 +156,7 @@ def _encode_fast(item: Any) -> str | None:
     if type(item) is not dict or not _plain(item, 0):
         return None
     try:
-        return orjson.dumps(item).decode()
+        return _dumps(item).decode()
     except orjson.JSONEncodeError:
         return None
 
@@ -159,12 +164,18 @@ def _encode_fast(item: Any) -> str | None:
 def encode_staged(items: Iterable[Any]) -> tuple[list[str], list[Shape]]:
     """:func:`encode_items`, and each item's shape (what the history rules read of it,
     :func:`sessions._model.history.shape_of`), taken from the same objects."""
-    listed = _item_list(items)
     texts: list[str] = []
-    for index, item in enumerate(listed):
-        text = _encode_fast(item)
+    shapes: list[Shape] = []
+    for index, item in enumerate(_item_list(items)):
+        text = None
+        if type(item) is dict and _plain(item, 0):  # _encode_fast, in this frame
+            try:
+                text = _dumps(item).decode()
+            except orjson.JSONEncodeError:
+                pass
         texts.append(encode_item(item, index) if text is None else text)
-    return texts, [shape_of(item) for item in listed]
+        shapes.append(shape_of(item))  # a dict: encode_item refuses anything else
+    return texts, shapes
 
 
 def decode_item(text: str) -> Any:

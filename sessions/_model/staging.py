@@ -35,7 +35,15 @@ from dataclasses import dataclass
 from functools import wraps
 from typing import Any, TypeVar, cast
 
-from .backend import Batch, InfoChange, RunStateChange, TurnRecord, TurnUsage, new_batch_id
+from .backend import (
+    Batch,
+    InfoChange,
+    RunStateChange,
+    TurnRecord,
+    TurnUsage,
+    new_batch_id,
+    staged_batch,
+)
 from .catalogue import merge_info
 from .history import Shape
 from .turns import check_usage_total
@@ -43,10 +51,19 @@ from .turns import check_usage_total
 __all__ = ["PendingChanges", "Stage", "StageState", "Staging"]
 
 
+#: The turn record of a batch without run id or usage (immutable, so one serves all).
+_BARE_TURN = TurnRecord()
+
+
 class StageState(enum.Enum):
     OPEN = "open"
     SENT = "sent"
     UNKNOWN = "unknown"
+
+
+# The members once more, as plain module names: staging is on every commit's path, and
+# reading ``StageState.OPEN`` runs Python code on Python 3.11.
+_OPEN, _SENT, _UNKNOWN = StageState.OPEN, StageState.SENT, StageState.UNKNOWN
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,20 +119,28 @@ class Stage:
         self.run_id: str | None = None
         self.usage: TurnUsage | None = None
         self.info: InfoChange | None = None
-        self.state = StageState.OPEN
+        self.state = _OPEN
 
     def empty(self) -> bool:
         return not (self.clear or self.pops or self.items or self.run_state or self.info)
 
-    def freeze(self, expect_version: int | None, expect_session: int | None = None) -> Batch:
+    def freeze(
+        self,
+        expect_version: int | None,
+        expect_session: int | None = None,
+        incarnation: str | None = None,
+    ) -> Batch:
         change = None
         if self.run_state is not None:
             text, label = self.run_state
             change = RunStateChange(text, expect_version, label)
         tail = None if self.clear else self.tail
         pops, items, shapes = tuple(self.pops), tuple(self.items), tuple(self.shapes)
-        turn = TurnRecord(self.run_id, usage=self.usage) if items else None
-        return Batch(
+        turn = None
+        if items:
+            no_record = self.run_id is None and self.usage is None
+            turn = _BARE_TURN if no_record else TurnRecord(self.run_id, usage=self.usage)
+        return staged_batch(
             self.batch_id,
             self.clear,
             pops,
@@ -125,6 +150,7 @@ class Stage:
             turn=turn,
             info=self.info,
             expect_version=expect_session,
+            incarnation=incarnation,
             shapes=shapes,
         )
 
@@ -184,7 +210,7 @@ class Staging:
     # ------------------------------------------------------------------ writes
 
     def _writable(self) -> Stage:
-        if not self._stages or self._stages[-1].state is not StageState.OPEN:
+        if not self._stages or self._stages[-1].state is not _OPEN:
             self._stages.append(Stage())
         return self._stages[-1]
 
@@ -338,16 +364,21 @@ class Staging:
     def __bool__(self) -> bool:
         """``True`` when anything is staged (whatever its state)."""
         with self._mutex:
-            return any(not stage.empty() for stage in self._stages)
+            for stage in self._stages:  # a loop, not any(): asked by every commit
+                if not stage.empty():
+                    return True
+            return False
 
     @_atomic
     def in_doubt(self) -> bool:
         """``True`` when a stage is being sent or has an unknown outcome."""
-        return any(stage.state is not StageState.OPEN for stage in self._stages)
+        return any(stage.state is not _OPEN for stage in self._stages)
 
     # ------------------------------------------------------------------ commit protocol
 
-    def seal(self, expected_version: int | None = None) -> list[Batch]:
+    def seal(
+        self, expected_version: int | None = None, incarnation: str | None = None
+    ) -> list[Batch]:
         """Mark every non-empty stage ``SENT`` and return their batches, in order.
 
         ``UNKNOWN`` stages are sent again with their ids: a backend skips what it has
@@ -355,14 +386,19 @@ class Staging:
         checked against the version the previous one leads to. ``expected_version``
         becomes the first batch's :attr:`~sessions.Batch.expect_version` (the caller
         settles unknown outcomes first, so that batch is one that was never applied).
+        ``incarnation``: every batch's :attr:`~sessions.Batch.incarnation` (the life of
+        the session they were made against).
         """
         with self._mutex:
-            self._stages = [stage for stage in self._stages if not stage.empty()]
+            stages = self._stages
+            if len(stages) != 1 or stages[0].empty():  # one stage: the usual commit
+                stages = self._stages = [stage for stage in stages if not stage.empty()]
             batches: list[Batch] = []
             version = self.run_state_version
             for index, stage in enumerate(self._stages):
-                stage.state = StageState.SENT
-                batches.append(stage.freeze(version, expected_version if index == 0 else None))
+                stage.state = _SENT
+                expect = expected_version if index == 0 else None
+                batches.append(stage.freeze(version, expect, incarnation))
                 if stage.run_state is not None and version is not None:
                     version += 1
             return batches
@@ -386,23 +422,27 @@ class Staging:
         stay ``UNKNOWN`` even when this attempt is known to have sent nothing.
         """
         for stage in self._stages:
-            if stage.state is StageState.SENT:
+            if stage.state is _SENT:
                 doubt = not known or stage.batch_id in unknown
-                stage.state = StageState.UNKNOWN if doubt else StageState.OPEN
+                stage.state = _UNKNOWN if doubt else _OPEN
         self._merge()
 
     def unresolved(self) -> list[str]:
         """Ids of the ``UNKNOWN`` stages, to ask the database about."""
         with self._mutex:
-            return [stage.batch_id for stage in self._stages if stage.state is StageState.UNKNOWN]
+            found: list[str] = []
+            for stage in self._stages:  # a loop, not a comprehension: asked by every commit
+                if stage.state is _UNKNOWN:
+                    found.append(stage.batch_id)
+            return found
 
     @_atomic
     def resolve(self, applied: Collection[str]) -> None:
         """The database answered: drop applied ``UNKNOWN`` stages, reopen the rest."""
         self.applied(applied)
         for stage in self._stages:
-            if stage.state is StageState.UNKNOWN:
-                stage.state = StageState.OPEN
+            if stage.state is _UNKNOWN:
+                stage.state = _OPEN
         self._merge()
 
     @_atomic
@@ -417,14 +457,10 @@ class Staging:
     def _merge(self) -> None:
         merged: list[Stage] = []
         for stage in self._stages:
-            if stage.empty() and stage.state is StageState.OPEN and stage is not self._stages[-1]:
+            if stage.empty() and stage.state is _OPEN and stage is not self._stages[-1]:
                 continue
             previous = merged[-1] if merged else None
-            if (
-                previous is not None
-                and previous.state is StageState.OPEN
-                and stage.state is StageState.OPEN
-            ):
+            if previous is not None and previous.state is _OPEN and stage.state is _OPEN:
                 previous.absorb(stage)
             else:
                 merged.append(stage)

@@ -18,6 +18,7 @@ from .._model.catalogue import check_life
 from .._model.decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from .connection import writing
 from .sql import (
+    INSERT_ROWS_MAX,
     SQL_APPLIED_ONE,
     SQL_BRANCH,
     SQL_BUMP,
@@ -29,6 +30,7 @@ from .sql import (
     SQL_FORK_OF,
     SQL_HIDE,
     SQL_INSERT,
+    SQL_INSERT_ROWS,
     SQL_KEYS_AFTER,
     SQL_POP,
     SQL_QUARANTINE,
@@ -39,6 +41,7 @@ from .sql import (
     SQL_RUN_STATE_WRITE,
     SQL_SESSION_FACTS,
     SQL_TURN,
+    SQL_TURN_BARE,
     SQL_UNHIDE,
 )
 
@@ -79,21 +82,31 @@ def apply_batches(
             created, updated = batch.restore_times
             conn.execute(SQL_RESTORE_TIMES, (created.timestamp(), updated.timestamp(), session_id))
         if n:
-            conn.executemany(
-                SQL_INSERT,
-                [
-                    (session_id, base + i, batch.batch_id, text)
-                    for i, text in enumerate(batch.items)
-                ],
-            )
-            if batch.turn is not None:
-                at = now if batch.turn.created_at is None else batch.turn.created_at.timestamp()
-                counts = (None,) * 5 if batch.turn.usage is None else batch.turn.usage.values()
-                conn.execute(
-                    SQL_TURN, (session_id, base, base + n - 1, at, batch.turn.run_id, *counts)
-                )
+            _insert_items(conn, session_id, batch, base)
+            turn = batch.turn
+            if turn is not None:
+                at = now if turn.created_at is None else turn.created_at.timestamp()
+                row = (session_id, base, base + n - 1, at, turn.run_id)
+                if turn.usage is None:
+                    conn.execute(SQL_TURN_BARE, row)
+                else:
+                    conn.execute(SQL_TURN, (*row, *turn.usage.values()))
         if plan is not None:
             _write_plan(conn, session_id, batch, plan, now)
+
+
+def _insert_items(conn: sqlite3.Connection, session_id: str, batch: Batch, base: int) -> None:
+    """The batch's items, keys from ``base`` on: one statement for up to
+    ``INSERT_ROWS_MAX`` of them (the usual commit), else row by row."""
+    batch_id, items = batch.batch_id, batch.items
+    if len(items) > INSERT_ROWS_MAX:
+        rows = [(session_id, base + i, batch_id, text) for i, text in enumerate(items)]
+        conn.executemany(SQL_INSERT, rows)
+        return
+    params: list[Any] = []
+    for i, text in enumerate(items):
+        params += (session_id, base + i, batch_id, text)
+    conn.execute(SQL_INSERT_ROWS[len(items)], params)
 
 
 def _snapshot(conn: sqlite3.Connection, session_id: str, batch: Batch) -> Snapshot:

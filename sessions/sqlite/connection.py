@@ -41,18 +41,31 @@ def validate_path(path: object) -> str:
     return path
 
 
-@contextmanager
-def writing(conn: sqlite3.Connection) -> Iterator[None]:
+class writing:  # noqa: N801 - used as a function: ``with writing(conn):``
     """``BEGIN IMMEDIATE`` (the write lock taken now, not at the first write), then
-    ``COMMIT``; on any exception ``ROLLBACK`` (if SQLite has not rolled back already)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-        conn.execute("COMMIT")
-    except BaseException:
+    ``COMMIT``; on any exception (``COMMIT``'s own included) ``ROLLBACK``, if SQLite has
+    not rolled back already. A class, not a generator: every commit enters one."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        conn = self._conn
+        if kind is None:
+            try:
+                conn.execute("COMMIT")
+                return
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
         if conn.in_transaction:
             conn.execute("ROLLBACK")
-        raise
 
 
 @contextmanager

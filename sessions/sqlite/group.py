@@ -85,6 +85,11 @@ class Group:
 
     def _deliver(self, group: list[Entry], outcomes: list[Outcome], carried: int) -> None:
         """One hop to each event loop the group's callers wait in (usually one)."""
+        if len(group) == 1:  # one commit (one session committing at a time): no sorting
+            (entry,) = group
+            assert entry.done is not None
+            call_in_loop(entry.done.get_loop(), self._complete, group, outcomes, carried)
+            return
         loops: dict[asyncio.AbstractEventLoop, tuple[list[Entry], list[Outcome]]] = {}
         for entry, outcome in zip(group, outcomes, strict=True):
             assert entry.done is not None

@@ -29,6 +29,8 @@ __all__ = [
     "SQL_FORK_OF",
     "SQL_HIDE",
     "SQL_INSERT",
+    "SQL_INSERT_ROWS",
+    "INSERT_ROWS_MAX",
     "SQL_KEYS_AFTER",
     "SQL_LOAD_ALL",
     "SQL_LOAD_BRANCHES",
@@ -46,6 +48,7 @@ __all__ = [
     "SQL_RUN_STATE_WRITE",
     "SQL_SESSION_FACTS",
     "SQL_TURN",
+    "SQL_TURN_BARE",
     "SQL_UNHIDE",
     "USAGE_COLUMNS",
     "migrate",
@@ -203,6 +206,11 @@ SQL_TURN = (
     f"INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id, "
     f"{USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+#: ``SQL_TURN`` for a turn without usage (its usage columns NULL, their default).
+SQL_TURN_BARE = (
+    "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id) "
+    "VALUES (?, ?, ?, ?, ?)"
+)
 SQL_LOAD_TURNS = (
     f"SELECT first_seq, last_seq, created_at, run_id, {USAGE_COLUMNS} FROM txs_turns "
     "WHERE session_id = ? AND hidden_by IS NULL ORDER BY first_seq"
@@ -219,6 +227,15 @@ SQL_BUMP = (
 )
 SQL_RESTORE_TIMES = "UPDATE txs_sessions SET created_at = ?, updated_at = ? WHERE session_id = ?"
 SQL_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
+#: The most items one statement inserts (``sql_insert_rows``: 4 parameters a row, well
+#: under SQLite's limit of 999 of old builds); more go row by row (``SQL_INSERT``).
+INSERT_ROWS_MAX = 32
+#: ``SQL_INSERT`` for ``n`` rows at once (index ``n``; 0 unused): one statement a commit.
+SQL_INSERT_ROWS = ("",) + tuple(
+    "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES "
+    + ", ".join(["(?, ?, ?, ?)"] * n)
+    for n in range(1, INSERT_ROWS_MAX + 1)
+)
 SQL_LOAD_ALL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq"
 SQL_LOAD_TAIL = "SELECT seq, data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
 

@@ -139,3 +139,25 @@ def test_a_peer_behind_ours_is_met_ahead_of_ours_missed_and_absent_not_measured(
     absent = found["ours ahead of ADK on SQLite, 100 sessions"]
     assert absent["met"] is None and absent["note"].startswith("not installed")
     assert not any("PostgreSQL, " in name for name in found)
+
+
+CORE_CPU = "core CPU per commit (µs)"
+
+
+@pytest.mark.parametrize(("us", "met"), [(15.2, True), (16.0, True), (17.6, False)])
+def test_the_core_cpu_per_commit_is_a_target_of_its_own(us: float, met: bool) -> None:
+    from benchmarks._report import core_cpu_section
+
+    core = {"us": us, "rounds_us": [us] * 3, "turns_per_round": 1000, "goal_us": 16}
+    results = {**_results({}, {}), "core_cpu": core}
+    target = _target(results, CORE_CPU)
+    assert target["required"] == "<= 16" and target["met"] is met
+    assert target["note"] == "median of 3 rounds, CPU time"
+    assert any(f"{us:.1f} µs" in line for line in core_cpu_section(results))
+
+
+def test_without_the_core_cpu_figure_its_target_is_not_measured() -> None:
+    from benchmarks._report import core_cpu_section
+
+    assert _target(_results({}, {}), CORE_CPU)["met"] is None
+    assert core_cpu_section(_results({}, {})) == []

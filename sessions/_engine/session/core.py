@@ -16,12 +16,18 @@ from ..._model.options import SESSION_KEYWORDS, check_keywords, session_options
 from ..._model.policy import DEFAULT_COMMIT_TIMEOUT, DEFAULT_INTEGRITY, Integrity
 from ..._model.staging import PendingChanges, Staging
 from ..._model.validate import validate_bool, validate_limit, validate_session_id
-from ...errors import SessionClosedError, SessionError, StoreClosedError, UncommittedChangesWarning
+from ...errors import (
+    CommitError,
+    SessionClosedError,
+    SessionError,
+    StoreClosedError,
+    UncommittedChangesWarning,
+)
 from ..commit import interrupted_error
 from ..locks import CrossLoopLock
 from ..marks import Held
 from ..owned import OwnedStores
-from ..resource import AsyncResource
+from ..resource import OPEN, AsyncResource
 from ..sdk import coerce_session_settings, default_session_settings
 from ..shield import DeadlineExceeded, drive
 
@@ -124,23 +130,21 @@ class SessionCore(AsyncResource):
     @property
     def commit_timeout(self) -> float:
         """Seconds ``commit()``, an autocommit write or ``close()`` may hold its caller."""
-        return self._own_or_store(
-            self._commit_timeout, lambda store: store.commit_timeout, DEFAULT_COMMIT_TIMEOUT
-        )
+        own = self._commit_timeout  # every commit reads it: no helper call
+        if own is not None:
+            return own
+        store = self.store
+        return DEFAULT_COMMIT_TIMEOUT if store is None else store.commit_timeout
 
     @property
     def integrity(self) -> Integrity:
         """What ``commit()`` does with history the API would refuse (the session's
         ``integrity=``, else its store's)."""
-        return self._own_or_store(self._integrity, lambda store: store.integrity, DEFAULT_INTEGRITY)
-
-    def _own_or_store(self, own: T | None, of_store: Callable[[Store[Any]], T], default: T) -> T:
-        """A setting's value: the session's own, else its store's, else ``default`` (no
-        store yet)."""
+        own = self._integrity  # every commit reads it: no helper call
         if own is not None:
             return own
         store = self.store
-        return default if store is None else of_store(store)
+        return DEFAULT_INTEGRITY if store is None else store.integrity
 
     @property
     def pending(self) -> PendingChanges:
@@ -188,9 +192,11 @@ class SessionCore(AsyncResource):
         )
 
     def _check_open(self, operation: str) -> None:
-        super()._check_open(operation)
+        # Every call of the session runs this: the lifecycle read as attributes, in one frame.
+        if self._lifecycle is not OPEN:
+            raise self._closed_error(operation)
         store = self._store
-        if store is not None and store.closed:
+        if store is not None and store._lifecycle is not OPEN:
             raise StoreClosedError(
                 f"{operation}() on session {self.session_id!r}: its store is {store.state.value}"
             )
@@ -226,11 +232,15 @@ class SessionCore(AsyncResource):
         try:
             return await drive(work(), self.commit_timeout)  # shielded(), one frame fewer
         except DeadlineExceeded as exc:
-            store = self.store
-            backend = None if store is None else store.backend
-            if known is None:
-                known = not self._staging.in_doubt()
-            raise interrupted_error(self.session_id, backend, exc, known=known) from exc
+            raise self._missed(exc, known) from exc
+
+    def _missed(self, exc: DeadlineExceeded, known: bool | None = None) -> CommitError:
+        """The error for shielded work that missed its deadline (:meth:`_shield`)."""
+        store = self.store
+        backend = None if store is None else store.backend
+        if known is None:
+            known = not self._staging.in_doubt()
+        return interrupted_error(self.session_id, backend, exc, known=known)
 
     def _warn_discarded(self, why: str, stacklevel: int = 3) -> None:
         pending = self.pending

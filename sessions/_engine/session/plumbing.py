@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import time
 from contextlib import AbstractAsyncContextManager
-from dataclasses import replace
 from typing import Any
 
-from ..._model.backend import AdminBackend, Backend, CatalogueBackend, Row, TurnBackend
+from ..._model.backend import AdminBackend, Backend, Batch, CatalogueBackend, Row, TurnBackend
 from ..._model.history import first_valid_start
+from ..._model.policy import Integrity
 from ..._model.serde import decode_item, decode_rows
 from ..._model.turns import Turn, build_turns
 from ...errors import CommitError, SessionError, StorageError
 from ..commit import apply_batches, interrupted_error
-from ..integrity import judge, tail_after
+from ..integrity import clean, judge, tail_after
 from ..observe import HOOK, observed_load, observed_load_versioned, report_lock_wait
 from .core import SessionCore
 
@@ -111,8 +111,17 @@ class SessionPlumbing(SessionCore):
         return decode_rows(kept, self.session_id)[1]
 
     async def _commit_now(self) -> None:
-        async with self._commit_lock("commit"):
+        if HOOK.observer is not None:
+            async with self._commit_lock("commit"):
+                await self._commit_locked()
+            return
+        lock = self._lock  # as ``async with self._lock``, minus two coroutines when free
+        if not lock.take():
+            await lock.acquire()
+        try:
             await self._commit_locked()
+        finally:
+            lock.release()
 
     def _commit_lock(self, operation: str) -> AbstractAsyncContextManager[None]:
         """The session's lock as a commit (or an autocommit write) takes it: the lock
@@ -134,27 +143,60 @@ class SessionPlumbing(SessionCore):
         store = self._store
         if store is None or not store.usable_here():
             store = await self._ready_store("commit")
-        if expected_version is not None and not isinstance(store.backend, CatalogueBackend):
+        backend = store.backend
+        if expected_version is not None and not isinstance(backend, CatalogueBackend):
             raise SessionError(
                 f"commit(expected_version=...) on session {self.session_id!r}: "
-                f"{type(store.backend).__name__} keeps no session versions"
+                f"{type(backend).__name__} keeps no session versions"
             )
         integrity = self.integrity
-        doubtful = set(self._staging.unresolved())
-        if doubtful and integrity != "off" and store.backend.idempotent:
+        doubtful = self._staging.unresolved()
+        if doubtful and integrity != "off" and backend.idempotent:
             await self._settle_before_judging()
-            doubtful = set(self._staging.unresolved())
-        batches = self._staging.seal(expected_version)
+            doubtful = self._staging.unresolved()
+        batches = self._staging.seal(expected_version, self._life)
         if not batches:
             return
-        if self._life is not None:
-            batches = [replace(batch, incarnation=self._life) for batch in batches]
         self._version = None
         remembered = self._known
         known = self._known_tail()
         self._known = None
+        if integrity != "off" and not clean(batches):
+            batches = await self._judged(backend, batches, integrity, known, doubtful)
         try:
-            batches = await judge(store.backend, self.session_id, batches, integrity, known)
+            outcome = await apply_batches(store, self.session_id, batches)
+        except BaseException as exc:  # in flight when it happened: outcome unknown
+            self._staging.failed(known=False)
+            if isinstance(exc, Exception):
+                raise interrupted_error(self.session_id, backend, exc) from exc
+            raise  # CancelledError: the shield's deadline; it reports the outcome
+        self._staging.applied(outcome.applied)
+        if outcome.error is not None:
+            self._staging.failed(known=outcome.error.outcome_known)
+            raise outcome.error
+        if expected_version is not None:
+            self._version = expected_version + len(batches)
+        held = outcome.mark
+        if held is not None and integrity != "off" and backend.idempotent:
+            mine = None if remembered is None else remembered[0]
+            ran_after_mine = (
+                mine is not None and mine.cell is held.cell and outcome.previous == mine.mark
+            )
+            tail = tail_after(known if ran_after_mine else None, batches)
+            self._known = None if tail is None else (held, tail)
+
+    async def _judged(
+        self,
+        backend: Backend,
+        batches: list[Batch],
+        integrity: Integrity,
+        known: tuple[Any, ...] | None,
+        doubtful: list[str],
+    ) -> list[Batch]:
+        """The sealed ``batches`` as the history rules let them go
+        (:func:`~sessions._engine.integrity.judge`); if judging fails, nothing was sent."""
+        try:
+            return await judge(backend, self.session_id, batches, integrity, known)
         except BaseException as exc:
             self._staging.failed(known=True, unknown=doubtful)  # nothing was sent
             if isinstance(exc, StorageError):
@@ -165,27 +207,6 @@ class SessionPlumbing(SessionCore):
                     outcome_known=True,
                 ) from exc
             raise
-        try:
-            outcome = await apply_batches(store, self.session_id, batches)
-        except BaseException as exc:  # in flight when it happened: outcome unknown
-            self._staging.failed(known=False)
-            if isinstance(exc, Exception):
-                raise interrupted_error(self.session_id, store.backend, exc) from exc
-            raise  # CancelledError: the shield's deadline; it reports the outcome
-        self._staging.applied(outcome.applied)
-        if outcome.error is not None:
-            self._staging.failed(known=outcome.error.outcome_known)
-            raise outcome.error
-        if expected_version is not None:
-            self._version = expected_version + len(batches)
-        held = outcome.mark
-        if held is not None and integrity != "off" and store.backend.idempotent:
-            mine = None if remembered is None else remembered[0]
-            ran_after_mine = (
-                mine is not None and mine.cell is held.cell and outcome.previous == mine.mark
-            )
-            tail = tail_after(known if ran_after_mine else None, batches)
-            self._known = None if tail is None else (held, tail)
 
     def _known_tail(self) -> tuple[Any, ...] | None:
         """The end of the stored history, if this session's last commit left it and

@@ -11,6 +11,7 @@ from ..._model.serde import decode_item, encode_staged
 from ..._model.turns import span_of
 from ..._model.validate import validate_limit
 from ...errors import CommitConflictError
+from .core import ACTIVE_TX
 from .plumbing import SessionPlumbing
 
 __all__ = ["ProtocolPart"]
@@ -62,7 +63,8 @@ class ProtocolPart(SessionPlumbing):
         """
         self._check_open("add_items")
         encoded, shapes = encode_staged(items)
-        if self._refuse_late_write("add_items", len(encoded)) or not encoded:
+        late = ACTIVE_TX.get() and self._refuse_late_write("add_items", len(encoded))
+        if late or not encoded:
             return
         self._staging.add(encoded, shapes)
         if self._autocommit:

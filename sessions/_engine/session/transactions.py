@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
 from ...errors import CommitError, InvalidHistoryError, SessionError
-from ..shield import DeadlineExceeded, shielded
+from ..shield import DeadlineExceeded, drive, shielded
 from .core import ACTIVE_TX, Tx
 from .plumbing import SessionPlumbing
 
@@ -55,7 +55,10 @@ class TransactionPart(SessionPlumbing):
         if not self._staging:
             return
         if expected_version is None:
-            await self._shield(self._commit_now)
+            try:  # self._shield(self._commit_now), one coroutine fewer
+                await drive(self._commit_now(), self.commit_timeout)
+            except DeadlineExceeded as exc:
+                raise self._missed(exc) from exc
             return
 
         async def conditional() -> None:
