@@ -28,6 +28,7 @@ __all__ = [
     "calls_from",
     "check_history",
     "first_valid_start",
+    "holds_calls",
     "item_label",
     "offenders",
     "pairing_kept",
@@ -351,6 +352,12 @@ def pairing_kept(removed: list[Any]) -> bool:
     output: no output in it answers a call outside it (what
     :data:`sessions._engine.compaction.PAIRING_CHECK` asks)."""
     return first_valid_start(removed) == 0
+
+
+def holds_calls(items: Sequence[Any]) -> bool:
+    """Whether ``items`` hold a tool call naming its call id: without one, no cut after
+    them can split a pair (:func:`split_pair` finds nothing, whatever follows)."""
+    return any(is_call and key is not None for _, is_call, key in _pairing(items))
 
 
 def split_pair(before: Sequence[Any], after: Sequence[Any]) -> tuple[int, int, str, str] | None:

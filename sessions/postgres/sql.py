@@ -160,9 +160,29 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "AS $f$ BEGIN RAISE EXCEPTION USING ERRCODE = 'TXS01', MESSAGE = sid; END $f$",
         ),
     ),
+    (
+        7,
+        (
+            # The turn index (docs/turns.md): how many items each turn record holds now
+            # (hidden records: their hidden items), and per session how many visible
+            # records hold items and how many items those hold; kept by every write.
+            "ALTER TABLE {turns} ADD COLUMN IF NOT EXISTS items bigint NOT NULL DEFAULT 0",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS turn_count bigint NOT NULL DEFAULT 0",
+            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS turn_items bigint NOT NULL DEFAULT 0",
+            "UPDATE {turns} AS t SET items = CASE WHEN t.hidden_by IS NULL THEN ("
+            " SELECT count(*) FROM {items} AS i WHERE i.session_id = t.session_id"
+            " AND i.seq BETWEEN t.first_seq AND t.last_seq"
+            ") ELSE ("
+            " SELECT count(*) FROM {hidden} AS h WHERE h.session_id = t.session_id"
+            " AND h.seq BETWEEN t.first_seq AND t.last_seq"
+            ") END",
+            "UPDATE {sessions} AS s SET turn_count = c.n, turn_items = c.held FROM ("
+            " SELECT session_id, count(*) FILTER (WHERE items > 0) AS n,"
+            " coalesce(sum(items), 0) AS held FROM {turns} WHERE hidden_by IS NULL"
+            " GROUP BY session_id) AS c WHERE s.session_id = c.session_id",
+        ),
+    ),
 )
-SCHEMA_VERSION = MIGRATIONS[-1][0]
-
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 #: Every table with per-session rows, but the sessions table: what deleting a session
@@ -246,11 +266,48 @@ def _record_turn(*, count: int, first: int) -> str:
     usage = ", ".join(f"${n}::bigint" for n in range(first + 3, first + 8))
     return f"""r AS (
         INSERT INTO {{turns}} (session_id, first_seq, last_seq, created_at, run_id,
-                             requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens)
+                             requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens,
+                             items)
         SELECT $1, s.base, s.base + ${count}::bigint - 1, coalesce(${first + 2}::timestamptz, now()),
-               ${first + 1}::text, {usage}
+               ${first + 1}::text, {usage}, ${count}::bigint
         FROM s WHERE ${first}::boolean AND ${count}::bigint > 0
     )"""
+
+
+def _turn_adds(*, count: int, first: int) -> tuple[str, str]:
+    """What the turn record of :func:`_record_turn` adds to the session's turn index:
+    ``(records, items)`` as SQL expressions."""
+    return (
+        f"(CASE WHEN ${first}::boolean AND ${count}::bigint > 0 THEN 1 ELSE 0 END)",
+        f"(CASE WHEN ${first}::boolean THEN ${count}::bigint ELSE 0 END)",
+    )
+
+
+_APPEND_TC, _APPEND_TI = _turn_adds(count=4, first=5)
+_BATCH_TC, _BATCH_TI = _turn_adds(count=6, first=7)
+
+
+def _turn_window(order: str) -> str:
+    """The statement of :meth:`~sessions.postgres.PostgresBackend.load_turn_window`,
+    scanning the records from the oldest (``order`` ``""``) or the newest (``"DESC"``);
+    two index probes per record read give its first and last stored key."""
+    probe = (
+        "(SELECT {fn}(i.seq) FROM {{items}} AS i WHERE i.session_id = $1"
+        " AND i.seq BETWEEN w.first_seq AND w.last_seq)"
+    )
+    return f"""
+    SELECT v.item_count, v.turn_count, v.turn_items, array(
+        SELECT row(w.first_seq, w.last_seq, w.created_at, w.run_id, w.requests, w.input_tokens,
+                   w.output_tokens, w.cached_tokens, w.reasoning_tokens, w.items,
+                   {probe.format(fn="min")}, {probe.format(fn="max")})
+        FROM (
+            SELECT * FROM {{turns}} WHERE session_id = $1 AND hidden_by IS NULL AND items > 0
+            ORDER BY first_seq {order} LIMIT $2
+        ) AS w
+        ORDER BY w.first_seq {order}
+    )
+    FROM (SELECT 1) AS one LEFT JOIN {{sessions}} AS v ON v.session_id = $1
+    """
 
 
 @dataclass(frozen=True)
@@ -271,11 +328,13 @@ class Statements:
     append: str = f"""
     WITH {_RECORD_BATCH}, s AS (
         INSERT INTO {{sessions}} AS t (session_id, created_at, updated_at, item_count, next_seq,
-                                       version)
-        SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1 FROM b
+                                       version, turn_count, turn_items)
+        SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1, {_APPEND_TC}, {_APPEND_TI} FROM b
         ON CONFLICT (session_id) DO UPDATE SET
             updated_at = GREATEST(t.updated_at, excluded.updated_at),
             item_count = t.item_count + excluded.item_count,
+            turn_count = t.turn_count + excluded.turn_count,
+            turn_items = t.turn_items + excluded.turn_items,
             next_seq = t.next_seq + excluded.item_count,
             version = t.version + 1
         RETURNING t.next_seq - $4::bigint AS base, t.incarnation AS life
@@ -307,11 +366,31 @@ class Statements:
           AND ($3::boolean OR seq = ANY($4::bigint[]))
           AND EXISTS (SELECT 1 FROM b)
         RETURNING seq
+    ), p AS (
+        UPDATE {{turns}} AS t SET items = t.items - c.n
+        FROM (
+            SELECT o.first_seq, count(*) AS n
+            FROM d CROSS JOIN LATERAL (
+                SELECT first_seq, last_seq, hidden_by FROM {{turns}}
+                WHERE NOT $3::boolean AND session_id = $1 AND first_seq <= d.seq
+                ORDER BY first_seq DESC LIMIT 1
+            ) AS o
+            WHERE o.last_seq >= d.seq AND o.hidden_by IS NULL
+            GROUP BY o.first_seq
+        ) AS c
+        WHERE t.session_id = $1 AND t.first_seq = c.first_seq
+        RETURNING t.items AS held, c.n AS n
     ), s AS (
         UPDATE {{sessions}} SET
             updated_at = GREATEST(updated_at, now()),
             item_count = CASE WHEN $3::boolean THEN $6::bigint
                               ELSE item_count - (SELECT count(*) FROM d) + $6::bigint END,
+            turn_count = CASE WHEN $3::boolean THEN 0
+                              ELSE turn_count - (SELECT count(*) FROM p WHERE p.held = 0) END
+                         + {_BATCH_TC},
+            turn_items = CASE WHEN $3::boolean THEN 0
+                              ELSE turn_items - (SELECT coalesce(sum(p.n), 0) FROM p) END
+                         + {_BATCH_TI},
             next_seq = next_seq + $6::bigint,
             version = version + 1
         WHERE session_id = $1 AND EXISTS (SELECT 1 FROM b)
@@ -416,6 +495,12 @@ class Statements:
         "WHERE session_id = $1 AND hidden_by IS NULL ORDER BY first_seq)"
     )
 
+    # The turn index of one session (TurnBackend.load_turn_window), one snapshot: its
+    # counts (NULLs: no session row), then the oldest or newest $2 visible records
+    # holding items (NULL: all), each with its first and last stored key.
+    turns_oldest: str = _turn_window("")
+    turns_newest: str = _turn_window("DESC")
+
     branches_delete: str = "DELETE FROM {branches} WHERE source_id = ANY($1::text[])"
 
     branch: str = (
@@ -447,8 +532,11 @@ class Statements:
     ), t AS (
         UPDATE {turns} SET hidden_by = $2
         WHERE session_id = $1 AND first_seq > $3 AND hidden_by IS NULL
+        RETURNING items
     )
-    UPDATE {sessions} SET item_count = item_count - (SELECT count(*) FROM moved)
+    UPDATE {sessions} SET item_count = item_count - (SELECT count(*) FROM moved),
+        turn_count = turn_count - (SELECT count(*) FROM t WHERE t.items > 0),
+        turn_items = turn_items - (SELECT coalesce(sum(t.items), 0) FROM t)
     WHERE session_id = $1
     """
 
@@ -461,8 +549,11 @@ class Statements:
         SELECT session_id, seq, batch_id, data FROM moved
     ), t AS (
         UPDATE {turns} SET hidden_by = NULL WHERE session_id = $1 AND hidden_by = $2
+        RETURNING items
     )
-    UPDATE {sessions} SET item_count = item_count + (SELECT count(*) FROM moved)
+    UPDATE {sessions} SET item_count = item_count + (SELECT count(*) FROM moved),
+        turn_count = turn_count + (SELECT count(*) FROM t WHERE t.items > 0),
+        turn_items = turn_items + (SELECT coalesce(sum(t.items), 0) FROM t)
     WHERE session_id = $1
     """
 

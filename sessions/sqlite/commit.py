@@ -39,6 +39,7 @@ from .sql import (
     SQL_RUN_STATE_WRITE,
     SQL_SESSION_FACTS,
     SQL_TURN,
+    SQL_TURN_POP,
     SQL_UNHIDE,
 )
 
@@ -62,7 +63,7 @@ def apply_batches(
                 continue  # already applied, or an undo with nothing to undo
         if conn.execute(SQL_RECORD_BATCH, (session_id, batch.batch_id, now)).rowcount == 0:
             continue  # already applied by an earlier attempt
-        removed = 0
+        removed = emptied = covered = 0
         if batch.clear:
             conn.execute(SQL_CLEAR, (session_id,))
             conn.execute(SQL_CLEAR_TURNS, (session_id,))
@@ -70,8 +71,20 @@ def apply_batches(
         elif batch.pops:
             pops = [(session_id, key) for key in batch.pops]
             removed = conn.executemany(SQL_POP, pops).rowcount
+            emptied, covered = _leave_turns(conn, session_id, batch.pops)
         n = len(batch.items)
-        bump = {"sid": session_id, "now": now, "n": n, "clear": batch.clear, "removed": removed}
+        turn = 1 if batch.turn is not None and n else 0
+        bump = {
+            "sid": session_id,
+            "now": now,
+            "n": n,
+            "clear": batch.clear,
+            "removed": removed,
+            "tc": turn,
+            "ti": turn * n,
+            "emptied": emptied,
+            "covered": covered,
+        }
         base, _version, life = conn.execute(SQL_BUMP, bump).fetchone()
         if plan is None:
             check_life(session_id, batch, life)
@@ -90,10 +103,22 @@ def apply_batches(
                 at = now if batch.turn.created_at is None else batch.turn.created_at.timestamp()
                 counts = (None,) * 5 if batch.turn.usage is None else batch.turn.usage.values()
                 conn.execute(
-                    SQL_TURN, (session_id, base, base + n - 1, at, batch.turn.run_id, *counts)
+                    SQL_TURN, (session_id, base, base + n - 1, at, batch.turn.run_id, *counts, n)
                 )
         if plan is not None:
             _write_plan(conn, session_id, batch, plan, now)
+
+
+def _leave_turns(conn: sqlite3.Connection, session_id: str, pops: Sequence[int]) -> tuple[int, int]:
+    """The popped items (all stored: :func:`~sessions._model.decide.decide` checked) leave
+    the visible turn records covering them; returns how many records they emptied and
+    how many of them a record covered."""
+    emptied = covered = 0
+    for key in set(pops):
+        for (left,) in conn.execute(SQL_TURN_POP, {"s": session_id, "k": key}).fetchall():
+            covered += 1
+            emptied += left == 0
+    return emptied, covered
 
 
 def _snapshot(conn: sqlite3.Connection, session_id: str, batch: Batch) -> Snapshot:
@@ -170,8 +195,10 @@ def _move(
     insert, delete, turns = sql
     moved = conn.execute(insert, params).rowcount
     conn.execute(delete, params)
-    conn.execute(turns, params)
-    conn.execute(SQL_COUNT, {"n": sign * moved, "s": params["s"]})
+    held = [items for (items,) in conn.execute(turns, params).fetchall()]
+    records = sum(1 for items in held if items > 0)
+    counts = {"n": sign * moved, "tc": sign * records, "ti": sign * sum(held), "s": params["s"]}
+    conn.execute(SQL_COUNT, counts)
 
 
 def _write_info(conn: sqlite3.Connection, session_id: str, change: InfoChange) -> None:
