@@ -35,7 +35,7 @@ from .._model.backend import (
     TurnBackend,
     TurnRecord,
 )
-from .._model.history import CALL_OUTPUT, answered_calls, holds_calls, split_pair
+from .._model.history import CALL_OUTPUT, answered_calls, open_calls, split_pair
 from .._model.serde import decode_item
 from .._model.turns import Turn, build_turns, window_turns
 from ..errors import CommitConflictError, SessionError
@@ -200,7 +200,8 @@ async def refuse_split(
     Reads the shorter side of the cut first (in turns): the turns after it (a rewind
     of the last few), and the turns up to it only when those hold an output answering
     an earlier call; or the turns up to it (a fork at an early turn), and the turns
-    after it only when those hold a call."""
+    after it only when those leave a call unanswered (a call answered before the cut
+    is not split by an output repeated after it)."""
     if not 0 < at < turns.count:
         return  # nothing kept, or nothing cut off
     kept, cut = at, turns.count - at
@@ -211,7 +212,7 @@ async def refuse_split(
         earlier = await _items(backend, session_id, await turns.head(kept), operation)
     else:
         earlier = await _items(backend, session_id, await turns.head(kept), operation)
-        if not holds_calls([item for part in earlier for item in part]):
+        if not open_calls([item for part in earlier for item in part]):
             return
         later = await _items(backend, session_id, await turns.tail(cut), operation)
     found = split_pair(

@@ -289,17 +289,21 @@ _BATCH_TC, _BATCH_TI = _turn_adds(count=6, first=7)
 
 def _turn_window(order: str) -> str:
     """The statement of :meth:`~sessions.postgres.PostgresBackend.load_turn_window`,
-    scanning the records from the oldest (``order`` ``""``) or the newest (``"DESC"``);
-    two index probes per record read give its first and last stored key."""
+    scanning the records from the oldest (``order`` ``""``) or the newest (``"DESC"``),
+    each with its first and last stored key."""
+    # A record's own first or last key while it holds every item of its range, else
+    # one index probe.
     probe = (
-        "(SELECT {fn}(i.seq) FROM {{items}} AS i WHERE i.session_id = $1"
-        " AND i.seq BETWEEN w.first_seq AND w.last_seq)"
+        "CASE WHEN w.items = w.last_seq - w.first_seq + 1 THEN w.{end}_seq ELSE ("
+        "SELECT i.seq FROM {{items}} AS i WHERE i.session_id = $1"
+        " AND i.seq BETWEEN w.first_seq AND w.last_seq ORDER BY i.seq {order} LIMIT 1) END"
     )
     return f"""
     SELECT v.item_count, v.turn_count, v.turn_items, array(
         SELECT row(w.first_seq, w.last_seq, w.created_at, w.run_id, w.requests, w.input_tokens,
                    w.output_tokens, w.cached_tokens, w.reasoning_tokens, w.items,
-                   {probe.format(fn="min")}, {probe.format(fn="max")})
+                   {probe.format(end="first", order="ASC")},
+                   {probe.format(end="last", order="DESC")})
         FROM (
             SELECT * FROM {{turns}} WHERE session_id = $1 AND hidden_by IS NULL AND items > 0
             ORDER BY first_seq {order} LIMIT $2

@@ -239,17 +239,22 @@ SQL_TURN_POP = (
     "SELECT max(first_seq) FROM txs_turns WHERE session_id = :s AND first_seq <= :k"
     ") AND last_seq >= :k AND hidden_by IS NULL RETURNING items"
 )
+# The first (ASC) or last (DESC) stored key of record t: its own first or last key
+# while it holds every item of its range, else one index probe.
+_STORED_KEY = (
+    "CASE WHEN t.items = t.last_seq - t.first_seq + 1 THEN t.{end}_seq ELSE ("
+    "SELECT i.seq FROM txs_items AS i WHERE i.session_id = t.session_id "
+    "AND i.seq BETWEEN t.first_seq AND t.last_seq ORDER BY i.seq {order} LIMIT 1) END"
+)
 _WINDOW_ROW = (
     f"SELECT t.first_seq, t.last_seq, t.created_at, t.run_id, {USAGE_COLUMNS}, t.items, "
-    "(SELECT min(i.seq) FROM txs_items AS i WHERE i.session_id = t.session_id "
-    "AND i.seq BETWEEN t.first_seq AND t.last_seq), "
-    "(SELECT max(i.seq) FROM txs_items AS i WHERE i.session_id = t.session_id "
-    "AND i.seq BETWEEN t.first_seq AND t.last_seq) "
+    f"{_STORED_KEY.format(end='first', order='ASC')}, "
+    f"{_STORED_KEY.format(end='last', order='DESC')} "
     "FROM txs_turns AS t WHERE t.session_id = ? AND t.hidden_by IS NULL AND t.items > 0 "
 )
 # The turn index of one session (TurnBackend.load_turn_window): its counts, then the
 # oldest or newest visible records holding items (LIMIT -1: all), each with its first
-# and last stored key (two index probes).
+# and last stored key.
 SQL_TURN_INDEX = "SELECT item_count, turn_count, turn_items FROM txs_sessions WHERE session_id = ?"
 SQL_TURNS_OLDEST = _WINDOW_ROW + "ORDER BY t.first_seq LIMIT ?"
 SQL_TURNS_NEWEST = _WINDOW_ROW + "ORDER BY t.first_seq DESC LIMIT ?"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from sessions import Store, Turn
 from sessions._model.backend import Batch, new_batch_id
 from sessions._model.turns import build_turns, window_turns
@@ -212,3 +214,31 @@ async def test_migration_7_backfills_the_turn_index_of_a_store_from_version_6(
     assert await session.undo_rewind() == 1
     assert shape(await assert_exact(store, sid)) == [(1, 2), (2, 3), (3, 2), (4, 1)]
     assert await session.get_items(turns=1) == [msg("t4.0")]
+
+
+async def test_a_cut_near_the_start_reads_the_kept_turns_first_and_still_refuses_a_split(
+    tstore: Store[Any], sid: str
+) -> None:
+    """A fork or rewind at an early turn of a long history reads the turns it keeps,
+    and the later ones only when a call is left open there: a call in turn 1 whose
+    output is in turn 2 still refuses the cut after turn 1, nothing applied."""
+    session = tstore.session(sid)
+    fcall = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    fout = {"type": "function_call_output", "call_id": "c1", "output": "ok"}
+    for items in ([msg("q"), fcall], [fout, msg("a", "assistant")], [msg("t3")], [msg("t4")]):
+        await session.add_items(items)
+        await session.commit()
+    split = r"turn 1 of session .* splits a tool call from its output: function_call 'c1'"
+    with pytest.raises(ValueError, match=r"fork\(\): " + split):
+        await session.fork(f"{sid}-f1", at_turn=1)
+    with pytest.raises(ValueError, match=r"rewind\(\): " + split):
+        await session.rewind(to_turn=1)
+    assert shape(await assert_exact(tstore, sid)) == [(1, 2), (2, 2), (3, 1), (4, 1)]
+    assert await session.fork(f"{sid}-f2", at_turn=2) == 2  # the pair whole: no split
+    assert await tstore.session(f"{sid}-f2").get_items() == [
+        msg("q"),
+        fcall,
+        fout,
+        msg("a", "assistant"),
+    ]
+    assert await session.rewind(to_turn=2) == 2
