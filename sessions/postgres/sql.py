@@ -167,6 +167,10 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             # (hidden records: their hidden items), and per session how many visible
             # records hold items and how many items those hold; kept by every write.
             "ALTER TABLE {turns} ADD COLUMN IF NOT EXISTS items bigint NOT NULL DEFAULT 0",
+            # An undo finds the records its rewind hid without reading the visible ones
+            # (commits never write this index: their records are not hidden).
+            'CREATE INDEX IF NOT EXISTS "{prefix}turns_hidden" ON {turns} (session_id, hidden_by)'
+            " WHERE hidden_by IS NOT NULL",
             "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS turn_count bigint NOT NULL DEFAULT 0",
             "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS turn_items bigint NOT NULL DEFAULT 0",
             "UPDATE {turns} AS t SET items = CASE WHEN t.hidden_by IS NULL THEN ("
@@ -180,6 +184,9 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " SELECT session_id, count(*) FILTER (WHERE items > 0) AS n,"
             " coalesce(sum(items), 0) AS held FROM {turns} WHERE hidden_by IS NULL"
             " GROUP BY session_id) AS c WHERE s.session_id = c.session_id",
+            # Statistics of the new column now: planned from none (every items 0), the
+            # newest turns of a long session would be read by sorting all of them.
+            "ANALYZE {turns}",
         ),
     ),
 )

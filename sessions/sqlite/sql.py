@@ -200,6 +200,10 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             # (hidden records: their hidden items), and per session how many visible
             # records hold items and how many items those hold; kept by every write.
             "ALTER TABLE txs_turns ADD COLUMN items INTEGER NOT NULL DEFAULT 0",
+            # An undo finds the records its rewind hid without reading the visible ones
+            # (commits never write this index: their records are not hidden).
+            "CREATE INDEX IF NOT EXISTS txs_turns_hidden ON txs_turns (session_id, hidden_by)"
+            " WHERE hidden_by IS NOT NULL",
             "ALTER TABLE txs_sessions ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0",
             "ALTER TABLE txs_sessions ADD COLUMN turn_items INTEGER NOT NULL DEFAULT 0",
             "UPDATE txs_turns SET items = CASE WHEN hidden_by IS NULL THEN ("
