@@ -76,8 +76,9 @@ class StoredTurns:
     costs follows what is read, not the history's length. When the index is not exact
     (stored items no turn record covers), every turn at once, from the records and
     every key (:meth:`TurnBackend.load_turns`, :func:`build_turns`). Each read is one
-    snapshot; a later read that finds another turn count raises ``SessionError``
-    (the history changed in between: call again).
+    snapshot; a later read that finds another turn count (or no exact index) raises
+    :class:`~sessions.errors.CommitConflictError`, nothing applied: another writer
+    changed the history in between, call again.
     """
 
     __slots__ = ("_backend", "_head", "_operation", "_session_id", "_tail", "count")
@@ -139,9 +140,12 @@ class StoredTurns:
             self._session_id, oldest=oldest, newest=newest
         )
         if window is None or window.count != self.count:
-            raise SessionError(
-                f"{self._operation}(): session {self._session_id!r} changed while it was "
-                f"read; call {self._operation}() again"
+            raise CommitConflictError(
+                f"{self._operation}() on session {self._session_id!r}: another writer "
+                f"changed its turns while they were read (nothing applied); call "
+                f"{self._operation}() again",
+                session_id=self._session_id,
+                outcome_known=True,
             )
         return window_turns(window, newest=newest is not None)
 

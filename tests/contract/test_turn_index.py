@@ -18,7 +18,9 @@ import pytest
 from sessions import Store, Turn
 from sessions._model.backend import Batch, new_batch_id
 from sessions._model.turns import build_turns, window_turns
+from sessions.errors import CommitConflictError
 from tests.conftest import Target
+from tests.contract.proxy import install_proxy
 from tests.contract.raw import forget_turn_records
 from tests.helpers import msg
 
@@ -242,3 +244,30 @@ async def test_a_cut_near_the_start_reads_the_kept_turns_first_and_still_refuses
         msg("a", "assistant"),
     ]
     assert await session.rewind(to_turn=2) == 2
+
+
+async def test_a_turn_committed_between_the_reads_of_a_rewind_refuses_it(
+    tstore: Store[Any], sid: str
+) -> None:
+    """A rewind reads the turn count, then the turns it hides: another writer's turn
+    in between is a CommitConflictError, nothing applied."""
+    session = tstore.session(sid)
+    await commit_turns(session, 1, 1, 1)
+    proxy = install_proxy(tstore)
+    inner = proxy.inner
+    calls = 0
+
+    async def load_turn_window(session_id: str, **window: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            await commit_turns(other, 1)
+        return await inner.load_turn_window(session_id, **window)
+
+    other = tstore.session(sid)
+    proxy.load_turn_window = load_turn_window  # type: ignore[method-assign]
+    with pytest.raises(CommitConflictError, match="changed its turns while they were read"):
+        await session.rewind(to_turn=1)
+    del proxy.load_turn_window
+    assert shape(await assert_exact(tstore, sid)) == [(1, 1), (2, 1), (3, 1), (4, 1)]
+    assert await session.rewind(to_turn=1) == 3

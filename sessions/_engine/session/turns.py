@@ -158,9 +158,10 @@ class TurnsPart(SessionPlumbing):
                     )
                 if to_turn == turns.count:
                     return 0
+                # Turn to_turn and the turns it hides (read once: the split check reuses them)
+                last = await turns.tail(turns.count - to_turn + 1 if to_turn else 1)
                 if not split_ok:
                     await refuse_split(backend, self.session_id, turns, to_turn, operation)
-                last = await turns.tail(turns.count - to_turn + 1 if to_turn else 1)
                 tail = last[-1].last_key
                 after = last[0].last_key if to_turn else 0
             change = RewindChange(after if to_turn is not None else None)
