@@ -249,17 +249,16 @@ def check_targets(results: Result) -> list[Result]:
             for n, cell in (entry.get("sizes") or {}).items()
             if "turn_ops" in cell
         }
+        if not cells:
+            continue  # a run from before these were timed: no target to report
+        small, big = min(cells), max(cells)
         for key, what in (
             ("turns5_ms", "get_items(turns=5)"),
             ("rewind2_undo_ms", "rewind of the newest 2 turns + undo"),
             ("fork2_ms", "fork(at_turn=2)"),
         ):
-            measured = None
-            note = ""
-            if cells:
-                small, big = min(cells), max(cells)
-                measured = _ratio(cells[big].get(key), cells[small].get(key))
-                note = f"{big:,} vs {small:,} items"
+            measured = _ratio(cells[big].get(key), cells[small].get(key))
+            note = f"{big:,} vs {small:,} items"
             add(
                 f"{BACKEND_TITLE[backend]} {what}: largest / smallest history",
                 measured,
