@@ -258,6 +258,30 @@ def check_targets(results: Result) -> list[Result]:
             note=note,
         )
     for backend in ("sqlite", "postgres"):
+        entry = _get(results, "history", backend, OURS[backend]) or {}
+        cells = {
+            int(n): cell["turn_ops"]
+            for n, cell in (entry.get("sizes") or {}).items()
+            if "turn_ops" in cell
+        }
+        if not cells:
+            continue  # a run from before these were timed: no target to report
+        small, big = min(cells), max(cells)
+        for key, what in (
+            ("turns5_ms", "get_items(turns=5)"),
+            ("rewind2_undo_ms", "rewind of the newest 2 turns + undo"),
+            ("fork2_ms", "fork(at_turn=2)"),
+        ):
+            measured = _ratio(cells[big].get(key), cells[small].get(key))
+            note = f"{big:,} vs {small:,} items"
+            add(
+                f"{BACKEND_TITLE[backend]} {what}: largest / smallest history",
+                measured,
+                "<=",
+                1.5,
+                note=note,
+            )
+    for backend in ("sqlite", "postgres"):
         mem = _get(results, "memory", backend) or {}
         turns = mem.get("turns")
         note = f"over {turns:,} turns" if turns else ""
@@ -802,7 +826,44 @@ def _section_d(results: Result, backend: str, level: str) -> list[str]:
         )
         lines += [f"{level} (d) {BACKEND_TITLE[backend]}: read latency (median ms) vs {what}", ""]
         lines += [COMPARES["d"], ""] + _table(header, rows) + [""]
+    lines += _turn_ops_table(results, backend, level)
     return lines
+
+
+#: The turn operations of (d1), ``turn_ops`` of each size: (key, what, digits).
+TURN_OPS = (
+    ("turns5_ms", "get_items(turns=5)", 3),
+    ("rewind2_undo_ms", "rewind of the newest 2 turns + undo_rewind()", 3),
+    ("fork2_ms", "fork(at_turn=2) into a new id", 3),
+    ("usage_ms", "usage()", 3),
+    ("turns_ms", "turns() (every turn)", 3),
+    ("turns_us_per_turn", "turns(): µs per turn returned", 2),
+)
+
+
+def _turn_ops_table(results: Result, backend: str, level: str) -> list[str]:
+    """(d1) our turn operations vs the history's length (median ms)."""
+    entry = _get(results, "history", backend, OURS[backend]) or {}
+    sizes = sorted(int(n) for n, cell in (entry.get("sizes") or {}).items() if "turn_ops" in cell)
+    if not sizes:
+        return []
+
+    def ops(n: int) -> Result:
+        found: Result = entry["sizes"][str(n)]["turn_ops"]
+        return found
+
+    rows = [
+        [what] + [_fmt(ops(n).get(key), digits) for n in sizes] for key, what, digits in TURN_OPS
+    ]
+    rows.append(["turns in the session"] + [_fmt(ops(n).get("turn_count")) for n in sizes])
+    header = ["operation (ours)"] + [f"@{n:,} items" for n in sizes]
+    title = f"{level} (d) {BACKEND_TITLE[backend]}: turn operations (median ms) vs history length"
+    note = (
+        "One session grown in turns of 20 items (5 tool-using turns of the workload's "
+        "items each); the rewind is undone each time, the forks are deleted afterwards "
+        "(untimed)."
+    )
+    return [title, "", note, ""] + _table(header, rows) + [""]
 
 
 def _section_e(results: Result, level: str) -> list[str]:

@@ -345,14 +345,72 @@ async def _interleaved_reads(
     }
 
 
+#: Items per turn of the session the turn operations of (d1) are timed on.
+TURN_ITEMS = 20
+
+
+async def _time_op(reps: int, op: Callable[[int], Awaitable[Any]]) -> float:
+    """Median seconds of ``op(i)`` over ``reps`` runs (after one untimed run)."""
+    await op(-1)
+    times: list[float] = []
+    for i in range(reps):
+        gc.collect()
+        t0 = time.perf_counter()
+        await op(i)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+async def turn_operations(subject: Subject, sid: str, size: int, reps: int) -> Result:
+    """(d1) Our turn operations on ``sid`` (``size`` items in turns of
+    :data:`TURN_ITEMS`): ``turns()``, ``get_items(turns=5)``, a rewind of the newest 2
+    turns and its ``undo_rewind()``, ``fork(at_turn=2)`` into fresh ids (deleted
+    afterwards, untimed) and ``usage()``. Median milliseconds."""
+    store = subject.store  # type: ignore[attr-defined]
+    session = store.session(sid)
+    try:
+        count = len(await session.turns())
+        forks: list[str] = []
+
+        async def fork(i: int) -> None:
+            forks.append(f"{sid}-fork-{size}-{i + 1}")
+            await session.fork(forks[-1], at_turn=2)
+
+        async def rewind(_: int) -> None:
+            await session.rewind(to_turn=count - 2)
+            await session.undo_rewind()
+
+        turns_s = await _time_op(reps, lambda _: session.turns())
+        cell: Result = {
+            "turn_count": count,
+            "turns_ms": turns_s * 1e3,
+            "turns_us_per_turn": turns_s * 1e6 / count,
+            "turns5_ms": await _time_op(reps, lambda _: session.get_items(turns=5)) * 1e3,
+            "rewind2_undo_ms": await _time_op(reps, rewind) * 1e3,
+            "fork2_ms": await _time_op(reps, fork) * 1e3,
+            "usage_ms": await _time_op(reps, lambda _: session.usage()) * 1e3,
+            "turns5_returned": len(await session.get_items(turns=5)),
+            "turns_returned": len(await session.turns()),
+        }
+        for fork_id in forks:
+            await store.delete_session(fork_id)
+        return cell
+    finally:
+        await session.close()
+
+
 async def history_growth(
     subjects: list[Subject], cfg: Config, progress: Callable[[str], None]
 ) -> Result:
-    """(d1) ``get_items()`` and ``get_items(limit=20)`` on one session as it grows."""
+    """(d1) ``get_items()`` and ``get_items(limit=20)`` on one session as it grows; for
+    our subjects, the turn operations on a second one, grown in turns of
+    :data:`TURN_ITEMS` items (:func:`turn_operations`)."""
     source = TurnSource(seed=2)
+    turn_source = TurnSource(seed=5)
     out: Result = {s.key: {**_entry(s), "sizes": {}} for s in subjects}
     have = 0
     sid = "history"
+    turned = "history-turns"
     for step, size in enumerate(cfg.history):
         add = size - have
         chunk_source = source.items(min(add, 1000))
@@ -362,6 +420,12 @@ async def history_growth(
                 n = min(left, 1000)
                 await subject.bulk(sid, chunk_source[:n])
                 left -= n
+        if any(subject.kind == "ours" for subject in subjects):
+            fresh = turn_source.items(add)  # no call or item id repeats in one history
+            for subject in subjects:
+                if subject.kind == "ours":
+                    for start in range(0, add, TURN_ITEMS):
+                        await subject.turn(turned, fresh[start : start + TURN_ITEMS])
         have = size
         full_reps = max(cfg.read_rounds, min(30, cfg.read_budget_full // size))
         found = await _interleaved_reads(subjects, [sid], cfg, full_reps, step)
@@ -375,6 +439,10 @@ async def history_growth(
                 "full_returned": len(await subject.read(sid, None)),
                 "expected_full": size,
             }
+            if subject.kind == "ours":
+                reps = max(3, cfg.read_reps_limit // 10)
+                cell = await turn_operations(subject, turned, size, reps)
+                out[subject.key]["sizes"][str(size)]["turn_ops"] = cell
         progress(f"  (d) history {size} items measured")
     return out
 

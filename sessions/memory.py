@@ -18,9 +18,10 @@ like the other backends, it is not thread-safe.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from ._model.backend import (
     SessionInfo,
     TurnRow,
     TurnUsage,
+    TurnWindow,
 )
 from ._model.catalogue import decode_metadata, expired, stored_ttl
 from ._model.decide import Plan, Snapshot, decide, key_limit
@@ -311,6 +313,31 @@ class MemoryBackend:
         await asyncio.sleep(0)
         history = self._sessions.get(session_id)
         return ([], []) if history is None else (list(history.turns), list(history.rows))
+
+    async def load_turn_window(
+        self, session_id: str, *, oldest: int | None = None, newest: int | None = None
+    ) -> TurnWindow | None:
+        """The oldest or newest turn records holding items, with the turn count; ``None``
+        when stored items are not all covered by a record. Computed from the rows
+        (this backend keeps no counts: it is the reference, not the fast one)."""
+        await asyncio.sleep(0)
+        history = self._sessions.get(session_id)
+        if history is None:
+            return TurnWindow(0, ())
+        keys = sorted(history.rows)
+        held: list[TurnRow] = []
+        for record in history.turns:
+            low = bisect.bisect_left(keys, record.first_key)
+            high = bisect.bisect_right(keys, record.last_key)
+            if high > low:
+                held.append(
+                    replace(record, first_key=keys[low], last_key=keys[high - 1], items=high - low)
+                )
+        if sum(row.items or 0 for row in held) != len(keys):
+            return None
+        if newest is not None:
+            return TurnWindow(len(held), tuple(held[max(len(held) - newest, 0) :]))
+        return TurnWindow(len(held), tuple(held if oldest is None else held[:oldest]))
 
     async def usage_totals(
         self, session_id: str | None, since: datetime | None

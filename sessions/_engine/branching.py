@@ -35,16 +35,16 @@ from .._model.backend import (
     TurnBackend,
     TurnRecord,
 )
-from .._model.history import CALL_OUTPUT, answered_calls, split_pair
+from .._model.history import CALL_OUTPUT, answered_calls, open_calls, split_pair
 from .._model.serde import decode_item
-from .._model.turns import Turn, build_turns
+from .._model.turns import Turn, build_turns, window_turns
 from ..errors import CommitConflictError, SessionError
 from .commit import derived_batch_id, write_batches
 
 if TYPE_CHECKING:
     from .store import Store
 
-__all__ = ["Branch", "fork_history", "list_branches", "refuse_split"]
+__all__ = ["Branch", "StoredTurns", "fork_history", "list_branches", "refuse_split"]
 
 _PAGE = 500
 
@@ -68,6 +68,88 @@ def _backend(store: Store[Any], operation: str) -> Any:
     return backend
 
 
+class StoredTurns:
+    """A session's stored turns (staging aside), read as far as a caller needs them.
+
+    From the turn index (:meth:`TurnBackend.load_turn_window`): the oldest or newest
+    turns asked for, more of either end on demand, never the item keys, so what it
+    costs follows what is read, not the history's length. When the index is not exact
+    (stored items no turn record covers), every turn at once, from the records and
+    every key (:meth:`TurnBackend.load_turns`, :func:`build_turns`). Each read is one
+    snapshot; a later read that finds another turn count (or no exact index) raises
+    :class:`~sessions.errors.CommitConflictError`, nothing applied: another writer
+    changed the history in between, call again.
+    """
+
+    __slots__ = ("_backend", "_head", "_operation", "_session_id", "_tail", "count")
+
+    def __init__(
+        self, backend: Any, session_id: str, operation: str, count: int, head: list[Turn]
+    ) -> None:
+        self._backend = backend
+        self._session_id = session_id
+        self._operation = operation
+        self.count = count
+        """How many turns the stored history holds."""
+        self._head = head  # turns 1 to len(head)
+        self._tail: list[Turn] = []  # the last len(tail) turns
+
+    @classmethod
+    async def read(
+        cls,
+        backend: Any,
+        session_id: str,
+        operation: str,
+        *,
+        oldest: int | None = None,
+        newest: int | None = None,
+    ) -> StoredTurns:
+        """The turn count and the ``oldest`` first or ``newest`` last turns (both
+        ``None``: all of them)."""
+        window = await backend.load_turn_window(session_id, oldest=oldest, newest=newest)
+        if window is None:
+            records, keys = await backend.load_turns(session_id)
+            every = build_turns(records, keys, clear=False, pops=(), staged=0)
+            return cls(backend, session_id, operation, len(every), every)
+        if newest is None:
+            return cls(
+                backend, session_id, operation, window.count, window_turns(window, newest=False)
+            )
+        turns = cls(backend, session_id, operation, window.count, [])
+        turns._tail = window_turns(window, newest=True)
+        return turns
+
+    async def head(self, n: int) -> list[Turn]:
+        """Turns 1 to ``n`` (``n`` at most :attr:`count`)."""
+        if len(self._head) < n and len(self._tail) == self.count:
+            self._head = self._tail
+        if len(self._head) < n:
+            self._head = await self._more(oldest=n)
+        return self._head[:n]
+
+    async def tail(self, n: int) -> list[Turn]:
+        """The last ``n`` turns (``n`` at most :attr:`count`)."""
+        if len(self._tail) < n and len(self._head) == self.count:
+            self._tail = self._head
+        if len(self._tail) < n:
+            self._tail = await self._more(newest=n)
+        return self._tail[len(self._tail) - n :] if n else []
+
+    async def _more(self, *, oldest: int | None = None, newest: int | None = None) -> list[Turn]:
+        window = await self._backend.load_turn_window(
+            self._session_id, oldest=oldest, newest=newest
+        )
+        if window is None or window.count != self.count:
+            raise CommitConflictError(
+                f"{self._operation}() on session {self._session_id!r}: another writer "
+                f"changed its turns while they were read (nothing applied); call "
+                f"{self._operation}() again",
+                session_id=self._session_id,
+                outcome_known=True,
+            )
+        return window_turns(window, newest=newest is not None)
+
+
 async def fork_history(
     store: Store[Any], source_id: str, target_id: str, at_turn: int | None
 ) -> int:
@@ -76,16 +158,15 @@ async def fork_history(
     if target_id == source_id:
         raise ValueError(f"fork(): the new session id must differ from {source_id!r}")
     backend = _backend(store, "fork")
-    records, keys = await backend.load_turns(source_id)
-    turns = build_turns(records, keys, clear=False, pops=(), staged=0)
-    count = len(turns) if at_turn is None else at_turn
-    if not turns or not 1 <= count <= len(turns):
+    turns = await StoredTurns.read(backend, source_id, "fork", oldest=at_turn)
+    count = turns.count if at_turn is None else at_turn
+    if not turns.count or not 1 <= count <= turns.count:
         raise ValueError(
-            f"fork(): at_turn must be from 1 to {len(turns)} (the turns of session "
+            f"fork(): at_turn must be from 1 to {turns.count} (the turns of session "
             f"{source_id!r}), got {count}"
         )
     await refuse_split(backend, source_id, turns, count, "fork")
-    chosen = turns[:count]
+    chosen = await turns.head(count)
     texts = await _read(backend, source_id, chosen, "fork")
     batches = _batches(source_id, target_id, chosen, texts)
     ids = [batch.batch_id for batch in batches]
@@ -107,26 +188,37 @@ async def fork_history(
 
 async def _still_holds(backend: Any, session_id: str, texts: list[list[str]]) -> bool:
     """Whether turns 1 to ``len(texts)`` of ``session_id`` hold exactly ``texts``."""
-    records, keys = await backend.load_turns(session_id)
-    turns = build_turns(records, keys, clear=False, pops=(), staged=0)
-    if len(turns) < len(texts):
+    turns = await StoredTurns.read(backend, session_id, "fork", oldest=len(texts))
+    if turns.count < len(texts):
         return False
-    return await _read(backend, session_id, turns[: len(texts)], "fork") == texts
+    return await _read(backend, session_id, await turns.head(len(texts)), "fork") == texts
 
 
 async def refuse_split(
-    backend: Any, session_id: str, turns: list[Turn], at: int, operation: str
+    backend: Any, session_id: str, turns: StoredTurns, at: int, operation: str
 ) -> None:
-    """Raise ``ValueError`` if cutting ``turns`` (stored, none pending) after turn ``at``
-    splits a tool call from its output: a call in turns 1 to ``at`` answered in a later
-    turn (:func:`sessions._model.history.split_pair`). Reads the turns after the cut, and the
-    turns up to it only when those hold an output answering an earlier call."""
-    if not 0 < at < len(turns):
+    """Raise ``ValueError`` if cutting the stored ``turns`` after turn ``at`` splits a
+    tool call from its output: a call in turns 1 to ``at`` answered in a later turn
+    (:func:`sessions._model.history.split_pair`).
+
+    Reads the shorter side of the cut first (in turns): the turns after it (a rewind
+    of the last few), and the turns up to it only when those hold an output answering
+    an earlier call; or the turns up to it (a fork at an early turn), and the turns
+    after it only when those leave a call unanswered (a call answered before the cut
+    is not split by an output repeated after it)."""
+    if not 0 < at < turns.count:
         return  # nothing kept, or nothing cut off
-    later = await _items(backend, session_id, turns[at:], operation)
-    if not answered_calls([item for part in later for item in part]):
-        return
-    earlier = await _items(backend, session_id, turns[:at], operation)
+    kept, cut = at, turns.count - at
+    if cut <= kept:
+        later = await _items(backend, session_id, await turns.tail(cut), operation)
+        if not answered_calls([item for part in later for item in part]):
+            return
+        earlier = await _items(backend, session_id, await turns.head(kept), operation)
+    else:
+        earlier = await _items(backend, session_id, await turns.head(kept), operation)
+        if not open_calls([item for part in earlier for item in part]):
+            return
+        later = await _items(backend, session_id, await turns.tail(cut), operation)
     found = split_pair(
         [item for part in earlier for item in part], [item for part in later for item in part]
     )

@@ -36,6 +36,7 @@ __all__ = [
     "TurnRecord",
     "TurnRow",
     "TurnUsage",
+    "TurnWindow",
     "new_batch_id",
     "staged_batch",
 ]
@@ -127,6 +128,28 @@ class TurnRow:
     created_at: datetime
     run_id: str | None
     usage: TurnUsage | None = None
+    items: int | None = None
+    """How many of its items are stored now: set in a :class:`TurnWindow` (whose rows
+    also narrow ``first_key`` / ``last_key`` to the keys of the first and last of
+    them), ``None`` in :meth:`TurnBackend.load_turns`' rows."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnWindow:
+    """The oldest or newest turn records of a session, read without its item keys
+    (:meth:`TurnBackend.load_turn_window`).
+
+    Returned only when the session's turn index is *exact*: every stored item is
+    covered by a visible turn record (the items its visible records hold add up to
+    the session's item count). Then the session's turns are exactly its visible
+    records that still hold items, in ``first_key`` order.
+    """
+
+    count: int
+    """How many turns the stored history holds (visible records holding items)."""
+    rows: tuple[TurnRow, ...]
+    """The records asked for, oldest first; each with ``items`` set and ``first_key`` /
+    ``last_key`` the keys of its first and last stored item."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,6 +453,19 @@ class TurnBackend(Protocol):
     async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
         """The session's turn records ordered by ``first_key`` and the keys of its
         stored items in order, read from one snapshot (hidden ones left out)."""
+        ...
+
+    async def load_turn_window(
+        self, session_id: str, *, oldest: int | None = None, newest: int | None = None
+    ) -> TurnWindow | None:
+        """The ``oldest`` first or the ``newest`` last visible turn records holding
+        items (give one of the two; both ``None``: all of them) and the turn count,
+        from one snapshot, without reading item keys beyond the first and last of each
+        record returned: its cost follows what it returns, not the history's length.
+        ``None`` when the session's turn index is not exact (stored items no visible
+        record covers: history from before turn records, imports, migrations); the
+        core then reads :meth:`load_turns`. A session that does not exist is an exact
+        empty window. See :class:`TurnWindow`."""
         ...
 
     async def usage_totals(

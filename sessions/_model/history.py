@@ -30,6 +30,7 @@ __all__ = [
     "first_valid_start",
     "item_label",
     "offenders",
+    "open_calls",
     "pairing_kept",
     "shape_of",
     "split_pair",
@@ -357,6 +358,22 @@ def pairing_kept(removed: list[Any]) -> bool:
     return first_valid_start(removed) == 0
 
 
+def open_calls(items: Sequence[Any]) -> set[tuple[str, str]]:
+    """``(call type, call id)`` of the calls in ``items`` that no output after them in
+    ``items`` answers: the calls a cut right after ``items`` may split from an output
+    (:func:`split_pair` then finds one only among these, unless what follows repeats
+    an output ``items`` already hold)."""
+    open_: dict[tuple[str, str], None] = {}
+    for _, is_call, key in _pairing(items):
+        if key is None:
+            continue
+        if is_call:
+            open_[key] = None
+        else:
+            open_.pop(key, None)
+    return set(open_)
+
+
 def split_pair(before: Sequence[Any], after: Sequence[Any]) -> tuple[int, int, str, str] | None:
     """The first tool pair a cut of a history into ``before`` and ``after`` splits:
     ``(index of the call in before, index of its output in after, call type, call id)``;
@@ -364,10 +381,14 @@ def split_pair(before: Sequence[Any], after: Sequence[Any]) -> tuple[int, int, s
 
     The outputs concerned are those :func:`answered_calls` finds in ``after``, an output
     whose call is not before it there (what :func:`first_valid_start` trims off a window
-    starting there), whose call ``before`` holds. An output whose call is nowhere (stored
-    with ``integrity="off"``) is not split by the cut: it was an orphan already.
+    starting there), whose call ``before`` holds and leaves open (:func:`open_calls`:
+    no output of its own before the cut). An output whose call is nowhere (stored with
+    ``integrity="off"``), or that repeats the output of a call answered before the cut,
+    is not split by the cut: the call's pair is whole.
     """
     wanted = answered_calls(after)
+    if wanted:
+        wanted &= open_calls(before)
     if not wanted:
         return None
     for index, is_call, key in _pairing(before):

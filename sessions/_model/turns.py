@@ -12,6 +12,13 @@ meet the keys of the items actually stored, and the staged changes:
   as one turn;
 * staged items are one pending turn after the stored ones.
 
+That is :func:`build_turns`, over every record and every stored key (the full path).
+Backends also keep, with every write, how many items each record holds and, per
+session, how many records hold items and how many items those hold; when those cover
+every stored item (the index is *exact*), the turns are exactly the visible records
+holding items, so the oldest or newest few are read without the item keys
+(:class:`~sessions._model.backend.TurnWindow`, :func:`window_turns`).
+
 Turns are numbered from 1 in history order, as they read now: numbers are positions,
 so they close up when a turn is removed.
 """
@@ -22,10 +29,18 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from .backend import TurnRow, TurnUsage
+from .backend import TurnRow, TurnUsage, TurnWindow
 from .validate import MAX_INT64
 
-__all__ = ["Turn", "build_turns", "check_usage_total", "coerce_usage", "span_of"]
+__all__ = [
+    "Turn",
+    "build_turns",
+    "check_usage_total",
+    "coerce_usage",
+    "pending_turn",
+    "span_of",
+    "window_turns",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +78,35 @@ def build_turns(
     staged ``clear``, staged ``pops`` (row keys) and ``staged`` item count."""
     turns = [] if clear else _stored(records, [key for key in keys if key not in pops])
     if staged:
-        turns.append(Turn(len(turns) + 1, None, None, staged, None, None, pending=True))
+        turns.append(pending_turn(len(turns) + 1, staged))
     return turns
+
+
+def window_turns(window: TurnWindow, *, newest: bool) -> list[Turn]:
+    """The turns of an exact :class:`~sessions._model.backend.TurnWindow`: its rows are
+    the oldest turns (numbered from 1), or with ``newest`` the newest ones (numbered up
+    to ``window.count``)."""
+    first = window.count - len(window.rows) + 1 if newest else 1
+    turns: list[Turn] = []
+    for number, row in enumerate(window.rows, start=first):
+        assert row.items is not None
+        turns.append(
+            Turn(
+                number,
+                row.first_key,
+                row.last_key,
+                row.items,
+                row.created_at,
+                row.run_id,
+                usage=row.usage,
+            )
+        )
+    return turns
+
+
+def pending_turn(number: int, staged: int) -> Turn:
+    """The staged items as turn ``number``."""
+    return Turn(number, None, None, staged, None, None, pending=True)
 
 
 def _stored(records: Sequence[TurnRow], keys: Sequence[int]) -> list[Turn]:

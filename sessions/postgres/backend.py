@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .._engine.group import Entry
-from .._model.backend import Batch, BranchRow, InfoChange, Row, TurnRow, TurnUsage
+from .._model.backend import Batch, BranchRow, InfoChange, Row, TurnRow, TurnUsage, TurnWindow
 from .._model.catalogue import check_life
 from .._model.decide import Plan, Snapshot, decide, key_limit, needs_snapshot, undoes
 from ..errors import StoreClosedError
@@ -201,6 +201,33 @@ class PostgresBackend(GroupPart, AdminPart, SchemaPart):
             for r in records
         ]
         return turns, list(keys)
+
+    async def load_turn_window(
+        self, session_id: str, *, oldest: int | None = None, newest: int | None = None
+    ) -> TurnWindow | None:
+        if newest is not None:
+            rows = await self._fetch("read", self._sql.turns_newest, session_id, newest)
+        else:
+            rows = await self._fetch("read", self._sql.turns_oldest, session_id, oldest)
+        item_count, turn_count, turn_items, records = rows[0]
+        if item_count is None:
+            return TurnWindow(0, ())  # no session row
+        if turn_items != item_count:
+            return None  # items no visible record covers: the full path
+        found = [
+            TurnRow(
+                r[10],
+                r[11],
+                r[2],
+                r[3],
+                None if r[4] is None else TurnUsage(*r[4:9]),
+                int(r[9]),
+            )
+            for r in records
+        ]
+        if newest is not None:
+            found.reverse()
+        return TurnWindow(int(turn_count), tuple(found))
 
     async def usage_totals(
         self, session_id: str | None, since: datetime | None

@@ -1,5 +1,5 @@
-"""The PostgreSQL backend's SQL, each statement written once: the migrations, the table
-names (:class:`_Names`), every statement the backend runs (:class:`Statements`, filled in
+"""The PostgreSQL backend's SQL, each statement written once: the migrations (kept in
+:mod:`.migrations`, re-exported here), the table names (:class:`_Names`), every statement the backend runs (:class:`Statements`, filled in
 with a store's names once, when its backend is made) and the tables a delete empties.
 
 Tables live in ``schema`` (created if missing) and are named ``<table_prefix>sessions``,
@@ -15,6 +15,7 @@ from typing import Any
 from .._model.backend import Batch
 from .._model.catalogue import MAX_TTL
 from .._model.validate import validate_identifier
+from .migrations import MIGRATIONS, SCHEMA_VERSION
 
 __all__ = [
     "MIGRATIONS",
@@ -24,146 +25,6 @@ __all__ = [
     "Statements",
 ]
 
-#: A new session life's token (see :attr:`sessions.Batch.incarnation`).
-_NEW_LIFE = "md5(random()::text || clock_timestamp()::text)"
-
-#: Each migration: ``(version, statements)``. Statements are templates whose
-#: ``{sessions}``, ``{items}``, ``{batches}`` placeholders become schema-qualified,
-#: quoted table names and ``{prefix}`` the (validated) table prefix. Append only.
-MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
-    (
-        1,
-        (
-            "CREATE TABLE IF NOT EXISTS {sessions} ("
-            ' session_id text COLLATE "C" PRIMARY KEY,'
-            " created_at timestamptz NOT NULL,"
-            " updated_at timestamptz NOT NULL,"
-            " item_count bigint NOT NULL DEFAULT 0,"
-            " next_seq bigint NOT NULL DEFAULT 1)",
-            'CREATE INDEX IF NOT EXISTS "{prefix}sessions_updated" ON {sessions} (updated_at)',
-            # data is TEXT, not jsonb: the core stores exact JSON text, and jsonb
-            # rejects \u0000 and reorders keys.
-            "CREATE TABLE IF NOT EXISTS {items} ("
-            ' session_id text COLLATE "C" NOT NULL,'
-            " seq bigint NOT NULL,"
-            " batch_id text NOT NULL,"
-            " data text NOT NULL,"
-            " PRIMARY KEY (session_id, seq))",
-            "CREATE TABLE IF NOT EXISTS {batches} ("
-            ' session_id text COLLATE "C" NOT NULL,'
-            ' batch_id text COLLATE "C" NOT NULL,'
-            " committed_at timestamptz NOT NULL,"
-            " PRIMARY KEY (session_id, batch_id))",
-        ),
-    ),
-    (
-        2,
-        (
-            # One saved run state per session (tool approvals waiting for a human). The
-            # row outlives a removal (data NULL) so that versions are never reused.
-            "CREATE TABLE IF NOT EXISTS {run_states} ("
-            ' session_id text COLLATE "C" PRIMARY KEY,'
-            " version bigint NOT NULL,"
-            " data text,"
-            " label text,"
-            " updated_at timestamptz NOT NULL)",
-        ),
-    ),
-    (
-        3,
-        (
-            # Items kept out of the history because they break a history rule
-            # (integrity="quarantine"), written with the batch they came in.
-            "CREATE TABLE IF NOT EXISTS {quarantine} ("
-            ' session_id text COLLATE "C" NOT NULL,'
-            " seq bigint NOT NULL,"
-            " batch_id text NOT NULL,"
-            " reason text NOT NULL,"
-            " data text NOT NULL,"
-            " created_at timestamptz NOT NULL,"
-            " PRIMARY KEY (session_id, seq))",
-        ),
-    ),
-    (
-        4,
-        (
-            # One row per commit that added items: the seq range of its items (docs/turns.md).
-            # Items stored before this table existed belong to no row: they read as one turn.
-            "CREATE TABLE IF NOT EXISTS {turns} ("
-            ' session_id text COLLATE "C" NOT NULL,'
-            " first_seq bigint NOT NULL,"
-            " last_seq bigint NOT NULL,"
-            " created_at timestamptz NOT NULL,"
-            " run_id text,"
-            " hidden_by bigint,"  # the rewind that hid it (session.rewind), else NULL
-            # Model usage of the turn's run (session.record_usage); NULL: none recorded.
-            " requests bigint,"
-            " input_tokens bigint,"
-            " output_tokens bigint,"
-            " cached_tokens bigint,"
-            " reasoning_tokens bigint,"
-            " PRIMARY KEY (session_id, first_seq))",
-            # Items hidden by a rewind (kept for undo_rewind), with the rewind's number.
-            "CREATE TABLE IF NOT EXISTS {hidden} ("
-            ' session_id text COLLATE "C" NOT NULL,'
-            " seq bigint NOT NULL,"
-            " batch_id text NOT NULL,"
-            " data text NOT NULL,"
-            " rewind_no bigint NOT NULL,"
-            " PRIMARY KEY (session_id, seq))",
-            # Forks: session_id was forked from source_id at turn at_turn (session.fork).
-            "CREATE TABLE IF NOT EXISTS {branches} ("
-            ' source_id text COLLATE "C" NOT NULL,'
-            ' session_id text COLLATE "C" NOT NULL,'
-            " at_turn bigint NOT NULL,"
-            " created_at timestamptz NOT NULL,"
-            " PRIMARY KEY (source_id, session_id))",
-        ),
-    ),
-    (
-        5,
-        (
-            # The catalogue (docs/catalogue.md): owner, title, tags (also one row each in
-            # session_tags, for lookups), metadata (JSON object text), the session's own
-            # idle TTL (seconds) and its version (one per applied batch).
-            'ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS user_id text COLLATE "C"',
-            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS title text",
-            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS tags text[]",
-            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS metadata text",
-            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS ttl double precision",
-            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS version bigint NOT NULL DEFAULT 0",
-            'CREATE INDEX IF NOT EXISTS "{prefix}sessions_user" ON {sessions} (user_id, session_id)',
-            # user_id repeats the session's, so that one user's sessions with a tag are
-            # one index range, whatever the size of the store.
-            "CREATE TABLE IF NOT EXISTS {session_tags} ("
-            ' tag text COLLATE "C" NOT NULL,'
-            ' session_id text COLLATE "C" NOT NULL,'
-            ' user_id text COLLATE "C",'
-            " PRIMARY KEY (tag, session_id))",
-            'CREATE INDEX IF NOT EXISTS "{prefix}session_tags_session" ON {session_tags} (session_id)',
-            'CREATE INDEX IF NOT EXISTS "{prefix}session_tags_user"'
-            " ON {session_tags} (user_id, tag, session_id)",
-        ),
-    ),
-    (
-        6,
-        (
-            # The session's life (Batch.incarnation): a new token each time its row is
-            # created, so a session deleted and created anew under the same id is told
-            # apart from the one a session object read.
-            "ALTER TABLE {sessions} ADD COLUMN IF NOT EXISTS incarnation text",
-            f"UPDATE {{sessions}} SET incarnation = {_NEW_LIFE} WHERE incarnation IS NULL",
-            f"ALTER TABLE {{sessions}} ALTER COLUMN incarnation SET DEFAULT {_NEW_LIFE}",
-            # Raised by the append statement when its batch was prepared against a life
-            # that is over (SQLSTATE TXS01, message: the session id).
-            "CREATE OR REPLACE FUNCTION {deleted}(sid text) RETURNS text LANGUAGE plpgsql "
-            "AS $f$ BEGIN RAISE EXCEPTION USING ERRCODE = 'TXS01', MESSAGE = sid; END $f$",
-        ),
-    ),
-)
-SCHEMA_VERSION = MIGRATIONS[-1][0]
-
-SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 #: Every table with per-session rows, but the sessions table: what deleting a session
 #: (or a user) deletes. A migration that adds one adds it here (a test compares this
@@ -246,11 +107,52 @@ def _record_turn(*, count: int, first: int) -> str:
     usage = ", ".join(f"${n}::bigint" for n in range(first + 3, first + 8))
     return f"""r AS (
         INSERT INTO {{turns}} (session_id, first_seq, last_seq, created_at, run_id,
-                             requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens)
+                             requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens,
+                             items)
         SELECT $1, s.base, s.base + ${count}::bigint - 1, coalesce(${first + 2}::timestamptz, now()),
-               ${first + 1}::text, {usage}
+               ${first + 1}::text, {usage}, ${count}::bigint
         FROM s WHERE ${first}::boolean AND ${count}::bigint > 0
     )"""
+
+
+def _turn_adds(*, count: int, first: int) -> tuple[str, str]:
+    """What the turn record of :func:`_record_turn` adds to the session's turn index:
+    ``(records, items)`` as SQL expressions."""
+    return (
+        f"(CASE WHEN ${first}::boolean AND ${count}::bigint > 0 THEN 1 ELSE 0 END)",
+        f"(CASE WHEN ${first}::boolean THEN ${count}::bigint ELSE 0 END)",
+    )
+
+
+_APPEND_TC, _APPEND_TI = _turn_adds(count=4, first=5)
+_BATCH_TC, _BATCH_TI = _turn_adds(count=6, first=7)
+
+
+def _turn_window(order: str) -> str:
+    """The statement of :meth:`~sessions.postgres.PostgresBackend.load_turn_window`,
+    scanning the records from the oldest (``order`` ``""``) or the newest (``"DESC"``),
+    each with its first and last stored key."""
+    # A record's own first or last key while it holds every item of its range, else
+    # one index probe.
+    probe = (
+        "CASE WHEN w.items = w.last_seq - w.first_seq + 1 THEN w.{end}_seq ELSE ("
+        "SELECT i.seq FROM {{items}} AS i WHERE i.session_id = $1"
+        " AND i.seq BETWEEN w.first_seq AND w.last_seq ORDER BY i.seq {order} LIMIT 1) END"
+    )
+    return f"""
+    SELECT v.item_count, v.turn_count, v.turn_items, array(
+        SELECT row(w.first_seq, w.last_seq, w.created_at, w.run_id, w.requests, w.input_tokens,
+                   w.output_tokens, w.cached_tokens, w.reasoning_tokens, w.items,
+                   {probe.format(end="first", order="ASC")},
+                   {probe.format(end="last", order="DESC")})
+        FROM (
+            SELECT * FROM {{turns}} WHERE session_id = $1 AND hidden_by IS NULL AND items > 0
+            ORDER BY first_seq {order} LIMIT $2
+        ) AS w
+        ORDER BY w.first_seq {order}
+    )
+    FROM (SELECT 1) AS one LEFT JOIN {{sessions}} AS v ON v.session_id = $1
+    """
 
 
 @dataclass(frozen=True)
@@ -271,11 +173,13 @@ class Statements:
     append: str = f"""
     WITH {_RECORD_BATCH}, s AS (
         INSERT INTO {{sessions}} AS t (session_id, created_at, updated_at, item_count, next_seq,
-                                       version)
-        SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1 FROM b
+                                       version, turn_count, turn_items)
+        SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1, {_APPEND_TC}, {_APPEND_TI} FROM b
         ON CONFLICT (session_id) DO UPDATE SET
             updated_at = GREATEST(t.updated_at, excluded.updated_at),
             item_count = t.item_count + excluded.item_count,
+            turn_count = t.turn_count + excluded.turn_count,
+            turn_items = t.turn_items + excluded.turn_items,
             next_seq = t.next_seq + excluded.item_count,
             version = t.version + 1
         RETURNING t.next_seq - $4::bigint AS base, t.incarnation AS life
@@ -307,11 +211,31 @@ class Statements:
           AND ($3::boolean OR seq = ANY($4::bigint[]))
           AND EXISTS (SELECT 1 FROM b)
         RETURNING seq
+    ), p AS (
+        UPDATE {{turns}} AS t SET items = t.items - c.n
+        FROM (
+            SELECT o.first_seq, count(*) AS n
+            FROM d CROSS JOIN LATERAL (
+                SELECT first_seq, last_seq, hidden_by FROM {{turns}}
+                WHERE NOT $3::boolean AND session_id = $1 AND first_seq <= d.seq
+                ORDER BY first_seq DESC LIMIT 1
+            ) AS o
+            WHERE o.last_seq >= d.seq AND o.hidden_by IS NULL
+            GROUP BY o.first_seq
+        ) AS c
+        WHERE t.session_id = $1 AND t.first_seq = c.first_seq
+        RETURNING t.items AS held, c.n AS n
     ), s AS (
         UPDATE {{sessions}} SET
             updated_at = GREATEST(updated_at, now()),
             item_count = CASE WHEN $3::boolean THEN $6::bigint
                               ELSE item_count - (SELECT count(*) FROM d) + $6::bigint END,
+            turn_count = CASE WHEN $3::boolean THEN 0
+                              ELSE turn_count - (SELECT count(*) FROM p WHERE p.held = 0) END
+                         + {_BATCH_TC},
+            turn_items = CASE WHEN $3::boolean THEN 0
+                              ELSE turn_items - (SELECT coalesce(sum(p.n), 0) FROM p) END
+                         + {_BATCH_TI},
             next_seq = next_seq + $6::bigint,
             version = version + 1
         WHERE session_id = $1 AND EXISTS (SELECT 1 FROM b)
@@ -416,6 +340,12 @@ class Statements:
         "WHERE session_id = $1 AND hidden_by IS NULL ORDER BY first_seq)"
     )
 
+    # The turn index of one session (TurnBackend.load_turn_window), one snapshot: its
+    # counts (NULLs: no session row), then the oldest or newest $2 visible records
+    # holding items (NULL: all), each with its first and last stored key.
+    turns_oldest: str = _turn_window("")
+    turns_newest: str = _turn_window("DESC")
+
     branches_delete: str = "DELETE FROM {branches} WHERE source_id = ANY($1::text[])"
 
     branch: str = (
@@ -447,8 +377,11 @@ class Statements:
     ), t AS (
         UPDATE {turns} SET hidden_by = $2
         WHERE session_id = $1 AND first_seq > $3 AND hidden_by IS NULL
+        RETURNING items
     )
-    UPDATE {sessions} SET item_count = item_count - (SELECT count(*) FROM moved)
+    UPDATE {sessions} SET item_count = item_count - (SELECT count(*) FROM moved),
+        turn_count = turn_count - (SELECT count(*) FROM t WHERE t.items > 0),
+        turn_items = turn_items - (SELECT coalesce(sum(t.items), 0) FROM t)
     WHERE session_id = $1
     """
 
@@ -461,8 +394,11 @@ class Statements:
         SELECT session_id, seq, batch_id, data FROM moved
     ), t AS (
         UPDATE {turns} SET hidden_by = NULL WHERE session_id = $1 AND hidden_by = $2
+        RETURNING items
     )
-    UPDATE {sessions} SET item_count = item_count + (SELECT count(*) FROM moved)
+    UPDATE {sessions} SET item_count = item_count + (SELECT count(*) FROM moved),
+        turn_count = turn_count + (SELECT count(*) FROM t WHERE t.items > 0),
+        turn_items = turn_items + (SELECT coalesce(sum(t.items), 0) FROM t)
     WHERE session_id = $1
     """
 

@@ -32,6 +32,7 @@ from .reads import (
     read_applied,
     read_rows,
     read_run_state,
+    read_turn_window,
     read_turns,
     read_versioned,
 )
@@ -45,7 +46,7 @@ from .sql import (
 from .worker import Worker, WorkerStoppedError
 
 if TYPE_CHECKING:
-    from .._model.backend import Batch, Row, SessionFilter, SessionInfo, TurnRow
+    from .._model.backend import Batch, Row, SessionFilter, SessionInfo, TurnRow, TurnWindow
 
 __all__ = ["SQLiteBackend"]
 
@@ -135,6 +136,11 @@ class SQLiteBackend:
 
     async def load_turns(self, session_id: str) -> tuple[list[TurnRow], list[int]]:
         return await self._run("read", read_turns, session_id)
+
+    async def load_turn_window(
+        self, session_id: str, *, oldest: int | None = None, newest: int | None = None
+    ) -> TurnWindow | None:
+        return await self._run("read", read_turn_window, session_id, oldest, newest)
 
     async def usage_totals(
         self, session_id: str | None, since: datetime | None

@@ -42,6 +42,7 @@ from .sql import (
     SQL_SESSION_FACTS,
     SQL_TURN,
     SQL_TURN_BARE,
+    SQL_TURN_POP,
     SQL_UNHIDE,
 )
 
@@ -65,7 +66,7 @@ def apply_batches(
                 continue  # already applied, or an undo with nothing to undo
         if conn.execute(SQL_RECORD_BATCH, (session_id, batch.batch_id, now)).rowcount == 0:
             continue  # already applied by an earlier attempt
-        removed = 0
+        removed = emptied = covered = 0
         if batch.clear:
             conn.execute(SQL_CLEAR, (session_id,))
             conn.execute(SQL_CLEAR_TURNS, (session_id,))
@@ -73,8 +74,20 @@ def apply_batches(
         elif batch.pops:
             pops = [(session_id, key) for key in batch.pops]
             removed = conn.executemany(SQL_POP, pops).rowcount
+            emptied, covered = _leave_turns(conn, session_id, batch.pops)
         n = len(batch.items)
-        bump = {"sid": session_id, "now": now, "n": n, "clear": batch.clear, "removed": removed}
+        turn = 1 if batch.turn is not None and n else 0
+        bump = {
+            "sid": session_id,
+            "now": now,
+            "n": n,
+            "clear": batch.clear,
+            "removed": removed,
+            "tc": turn,
+            "ti": turn * n,
+            "emptied": emptied,
+            "covered": covered,
+        }
         base, _version, life = conn.execute(SQL_BUMP, bump).fetchone()
         if plan is None:
             check_life(session_id, batch, life)
@@ -83,14 +96,14 @@ def apply_batches(
             conn.execute(SQL_RESTORE_TIMES, (created.timestamp(), updated.timestamp(), session_id))
         if n:
             _insert_items(conn, session_id, batch, base)
-            turn = batch.turn
-            if turn is not None:
-                at = now if turn.created_at is None else turn.created_at.timestamp()
-                row = (session_id, base, base + n - 1, at, turn.run_id)
-                if turn.usage is None:
-                    conn.execute(SQL_TURN_BARE, row)
+            record = batch.turn
+            if record is not None:
+                at = now if record.created_at is None else record.created_at.timestamp()
+                row = (session_id, base, base + n - 1, at, record.run_id)
+                if record.usage is None:
+                    conn.execute(SQL_TURN_BARE, (*row, n))
                 else:
-                    conn.execute(SQL_TURN, (*row, *turn.usage.values()))
+                    conn.execute(SQL_TURN, (*row, *record.usage.values(), n))
         if plan is not None:
             _write_plan(conn, session_id, batch, plan, now)
 
@@ -107,6 +120,18 @@ def _insert_items(conn: sqlite3.Connection, session_id: str, batch: Batch, base:
     for i, text in enumerate(items):
         params += (session_id, base + i, batch_id, text)
     conn.execute(SQL_INSERT_ROWS[len(items)], params)
+
+
+def _leave_turns(conn: sqlite3.Connection, session_id: str, pops: Sequence[int]) -> tuple[int, int]:
+    """The popped items (all stored: :func:`~sessions._model.decide.decide` checked) leave
+    the visible turn records covering them; returns how many records they emptied and
+    how many of them a record covered."""
+    emptied = covered = 0
+    for key in set(pops):
+        for (left,) in conn.execute(SQL_TURN_POP, {"s": session_id, "k": key}).fetchall():
+            covered += 1
+            emptied += left == 0
+    return emptied, covered
 
 
 def _snapshot(conn: sqlite3.Connection, session_id: str, batch: Batch) -> Snapshot:
@@ -183,8 +208,10 @@ def _move(
     insert, delete, turns = sql
     moved = conn.execute(insert, params).rowcount
     conn.execute(delete, params)
-    conn.execute(turns, params)
-    conn.execute(SQL_COUNT, {"n": sign * moved, "s": params["s"]})
+    held = [items for (items,) in conn.execute(turns, params).fetchall()]
+    records = sum(1 for items in held if items > 0)
+    counts = {"n": sign * moved, "tc": sign * records, "ti": sign * sum(held), "s": params["s"]}
+    conn.execute(SQL_COUNT, counts)
 
 
 def _write_info(conn: sqlite3.Connection, session_id: str, change: InfoChange) -> None:

@@ -8,10 +8,19 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .._model.backend import Row, SessionFilter, SessionInfo, TurnRow, TurnUsage
+from .._model.backend import Row, SessionFilter, SessionInfo, TurnRow, TurnUsage, TurnWindow
 from .._model.catalogue import decode_metadata, decode_tags, stored_ttl
 from .connection import reading
-from .sql import SQL_LOAD_ALL, SQL_LOAD_KEYS, SQL_LOAD_TAIL, SQL_LOAD_TURNS, SQL_RUN_STATE_LOAD
+from .sql import (
+    SQL_LOAD_ALL,
+    SQL_LOAD_KEYS,
+    SQL_LOAD_TAIL,
+    SQL_LOAD_TURNS,
+    SQL_RUN_STATE_LOAD,
+    SQL_TURN_INDEX,
+    SQL_TURNS_NEWEST,
+    SQL_TURNS_OLDEST,
+)
 
 __all__ = [
     "info_from",
@@ -20,6 +29,7 @@ __all__ = [
     "read_applied",
     "read_rows",
     "read_run_state",
+    "read_turn_window",
     "read_turns",
     "read_versioned",
 ]
@@ -47,6 +57,38 @@ def read_turns(conn: sqlite3.Connection, session_id: str) -> tuple[list[TurnRow]
         ]
         keys = [key for (key,) in conn.execute(SQL_LOAD_KEYS, (session_id,))]
     return records, keys
+
+
+def read_turn_window(
+    conn: sqlite3.Connection, session_id: str, oldest: int | None, newest: int | None
+) -> TurnWindow | None:
+    with reading(conn):  # one snapshot for both reads
+        facts = conn.execute(SQL_TURN_INDEX, (session_id,)).fetchone()
+        if facts is None:
+            return TurnWindow(0, ())
+        item_count, turn_count, turn_items = facts
+        if turn_items != item_count:
+            return None  # items no visible record covers: the full path
+        sql, limit = (
+            (SQL_TURNS_NEWEST, newest) if newest is not None else (SQL_TURNS_OLDEST, oldest)
+        )
+        rows = conn.execute(sql, (session_id, -1 if limit is None else limit)).fetchall()
+    if newest is not None:
+        rows.reverse()
+    return TurnWindow(
+        turn_count,
+        tuple(
+            TurnRow(
+                row[10],
+                row[11],
+                datetime.fromtimestamp(row[2], timezone.utc),
+                row[3],
+                None if row[4] is None else TurnUsage(*row[4:9]),
+                row[9],
+            )
+            for row in rows
+        ),
+    )
 
 
 def read_run_state(conn: sqlite3.Connection, session_id: str) -> tuple[str | None, int, str | None]:

@@ -49,6 +49,10 @@ __all__ = [
     "SQL_SESSION_FACTS",
     "SQL_TURN",
     "SQL_TURN_BARE",
+    "SQL_TURNS_NEWEST",
+    "SQL_TURNS_OLDEST",
+    "SQL_TURN_INDEX",
+    "SQL_TURN_POP",
     "SQL_UNHIDE",
     "USAGE_COLUMNS",
     "migrate",
@@ -192,6 +196,35 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "WHERE incarnation IS NULL",
         ),
     ),
+    (
+        7,
+        (
+            # The turn index (docs/turns.md): how many items each turn record holds now
+            # (hidden records: their hidden items), and per session how many visible
+            # records hold items and how many items those hold; kept by every write.
+            "ALTER TABLE txs_turns ADD COLUMN items INTEGER NOT NULL DEFAULT 0",
+            # An undo finds the records its rewind hid without reading the visible ones
+            # (commits never write this index: their records are not hidden).
+            "CREATE INDEX IF NOT EXISTS txs_turns_hidden ON txs_turns (session_id, hidden_by)"
+            " WHERE hidden_by IS NOT NULL",
+            "ALTER TABLE txs_sessions ADD COLUMN turn_count INTEGER NOT NULL DEFAULT 0",
+            "ALTER TABLE txs_sessions ADD COLUMN turn_items INTEGER NOT NULL DEFAULT 0",
+            "UPDATE txs_turns SET items = CASE WHEN hidden_by IS NULL THEN ("
+            " SELECT count(*) FROM txs_items AS i WHERE i.session_id = txs_turns.session_id"
+            " AND i.seq BETWEEN txs_turns.first_seq AND txs_turns.last_seq"
+            ") ELSE ("
+            " SELECT count(*) FROM txs_hidden_items AS h"
+            " WHERE h.session_id = txs_turns.session_id"
+            " AND h.seq BETWEEN txs_turns.first_seq AND txs_turns.last_seq"
+            ") END",
+            "UPDATE txs_sessions SET"
+            " turn_count = (SELECT count(*) FROM txs_turns AS t"
+            " WHERE t.session_id = txs_sessions.session_id AND t.hidden_by IS NULL"
+            " AND t.items > 0),"
+            " turn_items = (SELECT coalesce(sum(t.items), 0) FROM txs_turns AS t"
+            " WHERE t.session_id = txs_sessions.session_id AND t.hidden_by IS NULL)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -204,24 +237,55 @@ SQL_CLEAR_HIDDEN = "DELETE FROM txs_hidden_items WHERE session_id = ?"
 USAGE_COLUMNS = "requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens"
 SQL_TURN = (
     f"INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id, "
-    f"{USAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    f"{USAGE_COLUMNS}, items) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 #: ``SQL_TURN`` for a turn without usage (its usage columns NULL, their default).
 SQL_TURN_BARE = (
-    "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id) "
-    "VALUES (?, ?, ?, ?, ?)"
+    "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, run_id, items) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
 )
+# A popped item leaves the visible turn record covering it, if one does; returns what
+# that record holds now.
+SQL_TURN_POP = (
+    "UPDATE txs_turns SET items = items - 1 WHERE session_id = :s AND first_seq = ("
+    "SELECT max(first_seq) FROM txs_turns WHERE session_id = :s AND first_seq <= :k"
+    ") AND last_seq >= :k AND hidden_by IS NULL RETURNING items"
+)
+# The first (ASC) or last (DESC) stored key of record t: its own first or last key
+# while it holds every item of its range, else one index probe.
+_STORED_KEY = (
+    "CASE WHEN t.items = t.last_seq - t.first_seq + 1 THEN t.{end}_seq ELSE ("
+    "SELECT i.seq FROM txs_items AS i WHERE i.session_id = t.session_id "
+    "AND i.seq BETWEEN t.first_seq AND t.last_seq ORDER BY i.seq {order} LIMIT 1) END"
+)
+_WINDOW_ROW = (
+    f"SELECT t.first_seq, t.last_seq, t.created_at, t.run_id, {USAGE_COLUMNS}, t.items, "
+    f"{_STORED_KEY.format(end='first', order='ASC')}, "
+    f"{_STORED_KEY.format(end='last', order='DESC')} "
+    "FROM txs_turns AS t WHERE t.session_id = ? AND t.hidden_by IS NULL AND t.items > 0 "
+)
+# The turn index of one session (TurnBackend.load_turn_window): its counts, then the
+# oldest or newest visible records holding items (LIMIT -1: all), each with its first
+# and last stored key.
+SQL_TURN_INDEX = "SELECT item_count, turn_count, turn_items FROM txs_sessions WHERE session_id = ?"
+SQL_TURNS_OLDEST = _WINDOW_ROW + "ORDER BY t.first_seq LIMIT ?"
+SQL_TURNS_NEWEST = _WINDOW_ROW + "ORDER BY t.first_seq DESC LIMIT ?"
 SQL_LOAD_TURNS = (
     f"SELECT first_seq, last_seq, created_at, run_id, {USAGE_COLUMNS} FROM txs_turns "
     "WHERE session_id = ? AND hidden_by IS NULL ORDER BY first_seq"
 )
 SQL_LOAD_KEYS = "SELECT seq FROM txs_items WHERE session_id = ? ORDER BY seq"
 SQL_POP = "DELETE FROM txs_items WHERE session_id = ? AND seq = ?"
+# :tc / :ti: the turn record the batch adds (1 and its item count, else 0); :emptied /
+# :covered: the visible records its pops emptied and the popped items records covered.
 SQL_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq, "
-    "version, incarnation) VALUES (:sid, :now, :now, :n, :n + 1, 1, lower(hex(randomblob(8)))) "
+    "version, incarnation, turn_count, turn_items) VALUES (:sid, :now, :now, :n, :n + 1, 1, "
+    "lower(hex(randomblob(8))), :tc, :ti) "
     "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, :now), "
     "item_count = CASE WHEN :clear THEN :n ELSE item_count - :removed + :n END, "
+    "turn_count = CASE WHEN :clear THEN :tc ELSE turn_count - :emptied + :tc END, "
+    "turn_items = CASE WHEN :clear THEN :ti ELSE turn_items - :covered + :ti END, "
     "next_seq = next_seq + :n, version = version + 1 "
     "RETURNING next_seq - :n, version, incarnation"
 )
@@ -278,15 +342,19 @@ SQL_HIDE = (
     "SELECT session_id, seq, batch_id, data, :r FROM txs_items WHERE session_id = :s AND seq > :k",
     "DELETE FROM txs_items WHERE session_id = :s AND seq > :k",
     "UPDATE txs_turns SET hidden_by = :r "
-    "WHERE session_id = :s AND first_seq > :k AND hidden_by IS NULL",
+    "WHERE session_id = :s AND first_seq > :k AND hidden_by IS NULL RETURNING items",
 )
 SQL_UNHIDE = (
     "INSERT INTO txs_items (session_id, seq, batch_id, data) SELECT session_id, seq, "
     "batch_id, data FROM txs_hidden_items WHERE session_id = :s AND rewind_no = :r",
     "DELETE FROM txs_hidden_items WHERE session_id = :s AND rewind_no = :r",
-    "UPDATE txs_turns SET hidden_by = NULL WHERE session_id = :s AND hidden_by = :r",
+    "UPDATE txs_turns SET hidden_by = NULL WHERE session_id = :s AND hidden_by = :r "
+    "RETURNING items",
 )
-SQL_COUNT = "UPDATE txs_sessions SET item_count = item_count + :n WHERE session_id = :s"
+SQL_COUNT = (
+    "UPDATE txs_sessions SET item_count = item_count + :n, turn_count = turn_count + :tc, "
+    "turn_items = turn_items + :ti WHERE session_id = :s"
+)
 
 #: Every table with per-session rows, but ``txs_sessions``: what deleting a session
 #: (or a user) deletes. A migration that adds one adds it here (a test compares this

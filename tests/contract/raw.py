@@ -27,3 +27,15 @@ async def corrupt_newest(target: Target, session_id: str, text: str = "{not json
         text,
         session_id,
     )
+
+
+async def forget_turn_records(target: Target, session_id: str) -> None:
+    """Make a session's stored items what a store from before turn records holds after
+    its migrations: no turn records, and a turn index (migration 7's backfill) in which
+    no record holds an item."""
+    p1 = target.param(1)
+    await target.execute(f"DELETE FROM txs_turns WHERE session_id = {p1}", session_id)
+    await target.execute(
+        f"UPDATE txs_sessions SET turn_count = 0, turn_items = 0 WHERE session_id = {p1}",
+        session_id,
+    )

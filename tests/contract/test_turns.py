@@ -20,6 +20,7 @@ from sessions import SQLiteStore, Store, TransactionalSession, Turn, TurnUsage
 from sessions._model.history import CALL_OUTPUT, check_history
 from sessions.errors import CommitConflictError, CommitError, SessionError
 from tests.conftest import Target
+from tests.contract.raw import forget_turn_records
 from tests.helpers import approval_agent, approve_and_resume, msg, pause_for_approval
 from tests.history_items import call, output
 from tests.provision.sqlite import old_database
@@ -168,7 +169,7 @@ async def test_history_without_turn_records_reads_as_one_turn(
     """What a store from before schema version 4 holds: items, no turn records."""
     session = store.session(sid)
     await commit_turns(session, 2, 3)
-    await target.execute(f"DELETE FROM txs_turns WHERE session_id = {target.param(1)}", sid)
+    await forget_turn_records(target, sid)
     turns = await session.turns()
     assert shape(turns) == [(1, 5, None, False)] and turns[0].created_at is None
     await commit_turns(session, 1)

@@ -125,6 +125,12 @@ def test_quick_benchmark_runs_every_workload(tmp_path: Path) -> None:
                     assert _finite_positive(cell["full_ms"]), (part, key, size, cell)
                     assert cell["limit20_returned"] == 20, (part, key, size, cell)
                     assert cell["full_returned"] == cell["expected_full"], (part, key, size, cell)
+        for size, cell in results["history"][backend][ours]["sizes"].items():
+            ops = cell["turn_ops"]  # our turn operations, on a session of 20-item turns
+            assert ops["turn_count"] == ops["turns_returned"] == int(size) // 20, (size, ops)
+            assert ops["turns5_returned"] == 100, (size, ops)
+            for key in ("turns_ms", "turns5_ms", "rewind2_undo_ms", "fork2_ms", "usage_ms"):
+                assert _finite_positive(ops[key]), (backend, size, key, ops)
 
         memory = results["memory"][backend]
         assert "error" not in memory, memory
@@ -142,6 +148,7 @@ def test_quick_benchmark_runs_every_workload(tmp_path: Path) -> None:
     names = {t["target"] for t in results["targets"]}
     assert "SQLite commit-per-turn vs 1-hop aiosqlite floor, our rows (guard)" in names
     assert "PostgreSQL 100 sessions vs raw one-statement floor (same pool)" in names
+    assert "SQLite get_items(turns=5): largest / smallest history" in names
 
     text = (tmp_path / "quick.md").read_text(encoding="utf-8")
     assert "QUICK run" in text and "## Targets" in text and "## Durability" in text

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sessions._model.turns import build_turns, window_turns
+
 from .harness import POOL, USERS, Harness, skip
 from .spec import ZERO, Item, SessionModel, defects, info_of
 from .world import World
@@ -63,6 +65,7 @@ async def check_session(harness: Harness, world: World, sid: str, store_index: i
         [(t.number, t.items, t.pending, t.run_id) for t in turns],
         [(n, len(t.items), False, t.run_id) for n, t in enumerate(sess.turns, 1)],
     )
+    await check_turn_index(store, harness.rid(sid), sid)
     info = await store.session_info(harness.rid(sid))
     expect(f"session_info({sid}) exists", info is not None, sess.exists)
     usage = (await reader.usage()).values()
@@ -77,6 +80,18 @@ async def check_session(harness: Harness, world: World, sid: str, store_index: i
         sess.version = info.version  # a fork or an import: the docs give no count
     expect(f"SessionInfo.version of {sid}", info.version, sess.version)
     expect(f"item_count of {sid}", info.item_count, len(sess.items()))
+
+
+async def check_turn_index(store: Any, rid: str, sid: str) -> None:
+    """Where the turn index answers (docs/turns.md), it answers what the full path
+    (every record, every key) does: the counts every write keeps are right."""
+    window = await store.backend.load_turn_window(rid)
+    if window is None:
+        return
+    records, keys = await store.backend.load_turns(rid)
+    full = build_turns(records, keys, clear=False, pops=(), staged=0)
+    expect(f"turn index of {sid}", window_turns(window, newest=False), full)
+    expect(f"turn count of {sid}", window.count, len(full))
 
 
 async def check_world(harness: Harness, world: World, store_index: int) -> None:

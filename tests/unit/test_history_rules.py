@@ -240,3 +240,12 @@ def test_the_rules_judge_a_staged_items_shape_exactly_as_its_stored_json(
     for item, shape in zip(items, shapes, strict=True):
         odd = any(isinstance(v, _EqualToAll) for k, v in item.items() if k != "content")
         assert (shape is None) == odd  # a subclass's value in a field the rules read
+
+
+def test_split_pair_ignores_an_output_repeating_one_given_before_the_cut() -> None:
+    """The call's pair is whole before the cut: an output repeated after it (stored with
+    ``integrity="off"``) splits nothing, so either side of a cut may be read first."""
+    before = [user(), call("function_call", "a"), output("function_call_output", "a")]
+    after = [output("function_call_output", "a"), assistant()]
+    assert split_pair(before, after) is None
+    assert split_pair(before[:2], before[2:] + after) == (1, 0, "function_call", "a")

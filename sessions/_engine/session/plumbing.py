@@ -13,7 +13,7 @@ from ..._model.backend import AdminBackend, Backend, Batch, CatalogueBackend, Ro
 from ..._model.history import first_valid_start
 from ..._model.policy import Integrity
 from ..._model.serde import decode_item, decode_rows
-from ..._model.turns import Turn, build_turns
+from ..._model.turns import Turn, build_turns, pending_turn, window_turns
 from ...errors import CommitError, SessionError, StorageError
 from ..commit import apply_batches, interrupted_error
 from ..integrity import clean, judge, tail_after
@@ -96,10 +96,33 @@ class SessionPlumbing(SessionCore):
 
     async def _turn_list(self, operation: str) -> list[Turn]:
         """With the lock held: stored turns as staging changes them, then the pending one."""
+        found = await self._turn_tail(operation, None)
+        if found is not None:
+            return found[0]
         backend = await self._turn_backend(operation)
         records, keys = await backend.load_turns(self.session_id)
         clear, pops, staged = self._staging.view()
         return build_turns(records, keys, clear=clear, pops=pops, staged=len(staged))
+
+    async def _turn_tail(self, operation: str, count: int | None) -> tuple[list[Turn], int] | None:
+        """With the lock held: the last ``count`` turns (all when ``None``) as staging
+        changes them, pending one included, and how many turns there are, from the turn
+        index (no item keys read: ``docs/turns.md``). ``None`` when it cannot answer:
+        staged pops or a staged clear (they change which stored turns remain), or an
+        index that is not exact; :meth:`_turn_list` then reads every key."""
+        clear, pops, staged = self._staging.view()
+        if clear or pops:
+            return None
+        backend = await self._turn_backend(operation)
+        pending = 1 if staged else 0
+        newest = None if count is None else max(count - pending, 0)
+        window = await backend.load_turn_window(self.session_id, newest=newest)
+        if window is None:
+            return None
+        turns = window_turns(window, newest=True)
+        if staged:
+            turns.append(pending_turn(window.count + 1, len(staged)))
+        return turns, window.count + pending
 
     async def _read_span(self, first: int, last: int, items: int, pops: set[int]) -> list[Any]:
         """Stored items with keys from ``first`` to ``last``, minus ``pops``."""

@@ -106,8 +106,12 @@ class ProtocolPart(SessionPlumbing):
             return []
         async with self._lock:
             await self._settle("get_items")
-            every = await self._turn_list("get_items")
-            chosen = every[-count:]
+            found = await self._turn_tail("get_items", count)
+            if found is None:
+                every = await self._turn_list("get_items")
+                chosen, total = every[-count:], len(every)
+            else:
+                chosen, total = found
             _, pops, staged = self._staging.view()
             values: list[Any] = []
             span = span_of(chosen)
@@ -118,7 +122,7 @@ class ProtocolPart(SessionPlumbing):
             # A call answered in a later turn (an approval: the call is committed with
             # the paused run, its output with the resumed one) may fall before the
             # window: the rule of limited reads trims the orphan output.
-            return values if len(chosen) == len(every) else self._whole(values)
+            return values if len(chosen) == total else self._whole(values)
 
     async def _autocommit_pop(self) -> Any:
         policy = (await self._ready_store("pop_item")).retry

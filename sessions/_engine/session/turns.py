@@ -18,7 +18,7 @@ from ..._model.backend import (
 from ..._model.turns import Turn, coerce_usage
 from ..._model.validate import check_text, validate_positive_int, validate_session_id
 from ...errors import SessionError
-from ..branching import Branch, fork_history, list_branches, refuse_split
+from ..branching import Branch, StoredTurns, fork_history, list_branches, refuse_split
 from ..commit import apply_batches
 from .plumbing import SessionPlumbing
 
@@ -143,21 +143,27 @@ class TurnsPart(SessionPlumbing):
                     f"{operation}() on session {self.session_id!r}: "
                     f"{type(store.backend).__name__} cannot rewind"
                 )
-            turns = await self._turn_list(operation)
+            # No staged changes: the turns are the stored ones, read from the newest as
+            # far as the cut (docs/turns.md: what a rewind costs).
+            backend = await self._turn_backend(operation)
+            turns = await StoredTurns.read(
+                backend, self.session_id, operation, newest=0 if to_turn is None else 1
+            )
             tail = None
             if to_turn is not None:
-                if to_turn > len(turns):
+                if to_turn > turns.count:
                     raise ValueError(
-                        f"rewind(): to_turn must be from 0 to {len(turns)} (the turns of "
+                        f"rewind(): to_turn must be from 0 to {turns.count} (the turns of "
                         f"session {self.session_id!r}), got {to_turn}"
                     )
-                if to_turn == len(turns):
+                if to_turn == turns.count:
                     return 0
-                backend = await self._turn_backend(operation)
+                # Turn to_turn and the turns it hides (read once: the split check reuses them)
+                last = await turns.tail(turns.count - to_turn + 1 if to_turn else 1)
                 if not split_ok:
                     await refuse_split(backend, self.session_id, turns, to_turn, operation)
-                tail = turns[-1].last_key
-                after = turns[to_turn - 1].last_key if to_turn else 0
+                tail = last[-1].last_key
+                after = last[0].last_key if to_turn else 0
             change = RewindChange(after if to_turn is not None else None)
             batch = Batch(
                 new_batch_id(), False, (), (), tail=tail, rewind=change, incarnation=self._life
@@ -166,8 +172,9 @@ class TurnsPart(SessionPlumbing):
             if outcome.error is not None:
                 raise outcome.error
             if to_turn is not None:
-                return len(turns) - to_turn
-            return len(await self._turn_list(operation)) - len(turns)
+                return turns.count - to_turn
+            again = await StoredTurns.read(backend, self.session_id, operation, newest=0)
+            return again.count - turns.count
 
     def record_usage(self, usage: Any) -> None:
         """Record model usage with the turn being staged (same commit, same transaction).
