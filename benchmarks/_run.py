@@ -148,6 +148,21 @@ async def _memory(backend: str, cfg: Config, dsn: str, schema: str) -> Result:
         "--schema",
         schema,
     ]
+    return await _json_from(command, timeout=600, what="memory benchmark")
+
+
+async def _core_cpu(cfg: Config) -> Result:
+    """``breakdown.core_cpu`` in a fresh process: what the workloads before it leave in
+    this one (objects for the collector to walk, threads) must not weigh on it."""
+    command = [sys.executable, "-m", "benchmarks.breakdown", "--core-cpu-only"]
+    if cfg.quick:
+        command.append("--quick")
+    return await _json_from(command, timeout=None, what="core CPU measurement")
+
+
+async def _json_from(command: list[str], *, timeout: float | None, what: str) -> Result:
+    """Run ``command`` (a benchmark module) in a fresh process from the repository root;
+    its last line of output, as JSON, or ``{"error": ...}``."""
     env = dict(os.environ)
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     proc = await asyncio.create_subprocess_exec(
@@ -158,33 +173,11 @@ async def _memory(backend: str, cfg: Config, dsn: str, schema: str) -> Result:
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout=600)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout=timeout)
     except asyncio.TimeoutError:
         proc.kill()
         await proc.wait()
-        return {"error": "memory benchmark timed out after 600 s"}
-    if proc.returncode != 0:
-        return {"error": f"exit {proc.returncode}: {err.decode(errors='replace')[-800:]}"}
-    result: Result = json.loads(out.decode().strip().splitlines()[-1])
-    return result
-
-
-async def _core_cpu(cfg: Config) -> Result:
-    """``breakdown.core_cpu`` in a fresh process: what the workloads before it leave in
-    this one (objects for the collector to walk, threads) must not weigh on it."""
-    command = [sys.executable, "-m", "benchmarks.breakdown", "--core-cpu-only"]
-    if cfg.quick:
-        command.append("--quick")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    proc = await asyncio.create_subprocess_exec(
-        *command,
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await proc.communicate()
+        return {"error": f"{what} timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
         return {"error": f"exit {proc.returncode}: {err.decode(errors='replace')[-800:]}"}
     result: Result = json.loads(out.decode().strip().splitlines()[-1])
