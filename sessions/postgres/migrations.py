@@ -171,5 +171,17 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             "ANALYZE {turns}",
         ),
     ),
+    (
+        8,
+        (
+            # The records that read as turns (visible, holding items), in order: the
+            # oldest or newest of a session (load_turn_window) are the first rows of this
+            # index, whatever the table's statistics say. Through the primary key, stale
+            # ones (a table analyzed while empty, or one session grown far past the
+            # others since) make the planner scan and sort every record of the session.
+            'CREATE INDEX IF NOT EXISTS "{prefix}turns_visible" ON {turns} (session_id, first_seq)'
+            " WHERE hidden_by IS NULL AND items > 0",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]

@@ -132,8 +132,9 @@ def _turn_window(order: str) -> str:
     """The statement of :meth:`~sessions.postgres.PostgresBackend.load_turn_window`,
     scanning the records from the oldest (``order`` ``""``) or the newest (``"DESC"``),
     each with its first and last stored key."""
-    # A record's own first or last key while it holds every item of its range, else
-    # one index probe.
+    # The records are the first rows of the index "turns_visible" (migration 8), whose
+    # predicate the WHERE below repeats word for word. A record's own first or last key
+    # while it holds every item of its range, else one index probe.
     probe = (
         "CASE WHEN w.items = w.last_seq - w.first_seq + 1 THEN w.{end}_seq ELSE ("
         "SELECT i.seq FROM {{items}} AS i WHERE i.session_id = $1"
