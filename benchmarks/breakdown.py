@@ -13,9 +13,9 @@ it with the spread of the rounds (also recorded) in mind.
 
 :func:`core_cpu` is the core's own CPU per commit (the same turn over a backend that
 stores nothing, CPU time in a hot loop), a figure with a goal of its own
-(:data:`CORE_CPU_GOAL_US`): every ``python -m benchmarks`` run measures it in a fresh
-process (``--core-cpu-only``; a few seconds), under ``"core_cpu"``; this command prints
-it too.
+(:data:`CORE_CPU_GOAL_US`): every ``python -m benchmarks`` run measures it in three
+fresh processes spread through the run (``--core-cpu-only``; a few seconds each), under
+``"core_cpu"`` (``_run.merge_core_cpu``); this command prints it too.
 """
 
 from __future__ import annotations
