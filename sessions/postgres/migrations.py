@@ -181,6 +181,9 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             # others since) make the planner scan and sort every record of the session.
             'CREATE INDEX IF NOT EXISTS "{prefix}turns_visible" ON {turns} (session_id, first_seq)'
             " WHERE hidden_by IS NULL AND items > 0",
+            # A fork's commit reads the record of the session it makes, and a deletion
+            # removes it, by the fork's own id (the key starts with its source's id).
+            'CREATE INDEX IF NOT EXISTS "{prefix}branches_session" ON {branches} (session_id)',
         ),
     ),
 )

@@ -225,6 +225,15 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
             " WHERE t.session_id = txs_sessions.session_id AND t.hidden_by IS NULL)",
         ),
     ),
+    (
+        8,
+        (
+            # A fork's commit reads the record of the session it makes (SQL_FORK_OF),
+            # and a deletion removes it, by the fork's own id (the key starts with its
+            # source's id): without this index both read the whole table.
+            "CREATE INDEX IF NOT EXISTS txs_branches_session ON txs_branches (session_id)",
+        ),
+    ),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

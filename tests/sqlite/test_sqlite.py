@@ -528,3 +528,35 @@ async def test_a_file_at_schema_version_2_is_migrated_with_its_sessions_kept(
         assert versions[-1] == SCHEMA_VERSION
     finally:
         await store.close()
+
+
+async def test_a_forks_record_is_read_and_deleted_through_its_own_index(tmp_path: Path) -> None:
+    """Schema version 8: a fork's commit reads its record by the fork's id
+    (``SQL_FORK_OF``), and deleting the fork removes it by that id: neither scans the
+    table of every fork record (whose key starts with the source's id)."""
+    from sessions.sqlite.sql import SQL_FORK_OF
+
+    store = await SQLiteStore.open(tmp_path / "forks.db")
+    try:
+        source = store.session("source")
+        await source.add_items([msg("1")])
+        await source.commit()
+        await source.fork("copy")
+        assert await store.session("copy").get_items() == [msg("1")]
+
+        def plans(conn: Any) -> list[str]:
+            found = []
+            for statement in (SQL_FORK_OF, "DELETE FROM txs_branches WHERE session_id = ?"):
+                rows = conn.execute("EXPLAIN QUERY PLAN " + statement, ("copy",)).fetchall()
+                found.append(" ".join(str(row[-1]) for row in rows))
+            return found
+
+        for plan in await store.sqlite.run(plans):
+            assert "txs_branches_session" in plan, plan
+        assert await store.delete_session("copy")
+        left = await store.sqlite.run(
+            lambda c: c.execute("SELECT count(*) FROM txs_branches").fetchone()[0]
+        )
+        assert left == 0
+    finally:
+        await store.close()
