@@ -3,7 +3,8 @@
 Runs, one after the other, each in a process of its own:
 
 1. ``python -m benchmarks`` (workloads (a)-(g); ``benchmarks/results/latest.*``; (g) measures
-   LangGraph and ADK only where the ``bench-peers`` extra is installed),
+   LangGraph and ADK only where the ``bench-peers`` extra is installed, and
+   ``--require-peers`` here makes a missing one fatal, as it does there),
 2. ``python -m benchmarks.failover`` (``benchmarks/results/failover.json``; needs root),
 3. ``python -m benchmarks.scale`` (``benchmarks/results/scale.json``),
 4. ``python -m benchmarks.integrity`` (``benchmarks/results/integrity.*``),
@@ -36,7 +37,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.all", description=__doc__)
     parser.add_argument("--skip", nargs="+", choices=list(STEPS), default=[])
     parser.add_argument("--force", action="store_true", help="run even on a busy machine")
+    parser.add_argument(
+        "--require-peers",
+        action="store_true",
+        help="passed to python -m benchmarks: a peer that is not installed is fatal",
+    )
     args = parser.parse_args(argv)
+    steps = dict(STEPS)
+    if args.require_peers:
+        steps["benchmarks"] = [*STEPS["benchmarks"], "--require-peers"]
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
     if load > cores / 2 and not args.force:
@@ -46,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    for name, command in STEPS.items():
+    for name, command in steps.items():
         if name in args.skip:
             continue
         started = time.perf_counter()
