@@ -763,14 +763,18 @@ class RawAsyncpg(Subject):
 _SAME_RECORD = (
     "INSERT OR IGNORE INTO txs_batches (session_id, batch_id, committed_at) VALUES (?, ?, ?)"
 )
+# The session row and the turn record carry the turn index (schema version 7): the
+# session's visible records and their items, the record's item count.
 _SAME_BUMP = (
     "INSERT INTO txs_sessions (session_id, created_at, updated_at, item_count, next_seq, "
-    "version) VALUES (:sid, :now, :now, :n, :n + 1, 1) ON CONFLICT (session_id) DO UPDATE SET "
-    "updated_at = max(updated_at, :now), item_count = item_count + :n, next_seq = next_seq + :n, "
-    "version = version + 1 RETURNING next_seq - :n"
+    "version, turn_count, turn_items) VALUES (:sid, :now, :now, :n, :n + 1, 1, 1, :n) "
+    "ON CONFLICT (session_id) DO UPDATE SET updated_at = max(updated_at, :now), "
+    "item_count = item_count + :n, next_seq = next_seq + :n, version = version + 1, "
+    "turn_count = turn_count + 1, turn_items = turn_items + :n RETURNING next_seq - :n"
 )
 _SAME_TURN = (
-    "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at) VALUES (?, ?, ?, ?)"
+    "INSERT INTO txs_turns (session_id, first_seq, last_seq, created_at, items) "
+    "VALUES (?, ?, ?, ?, ?)"
 )
 _SAME_INSERT = "INSERT INTO txs_items (session_id, seq, batch_id, data) VALUES (?, ?, ?, ?)"
 _SAME_TAIL = "SELECT data FROM txs_items WHERE session_id = ? ORDER BY seq DESC LIMIT ?"
@@ -787,7 +791,7 @@ def _same_work_sqlite(conn: sqlite3.Connection, sid: str, texts: list[str]) -> N
         conn.executemany(
             _SAME_INSERT, [(sid, base + i, batch_id, text) for i, text in enumerate(texts)]
         )
-        conn.execute(_SAME_TURN, (sid, base, base + len(texts) - 1, now))
+        conn.execute(_SAME_TURN, (sid, base, base + len(texts) - 1, now, len(texts)))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
@@ -848,17 +852,19 @@ WITH b AS (
     RETURNING batch_id
 ), s AS (
     INSERT INTO same_sessions AS t (session_id, created_at, updated_at, item_count, next_seq,
-                                    version)
-    SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1 FROM b
+                                    version, turn_count, turn_items)
+    SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1, 1, $4::bigint FROM b
     ON CONFLICT (session_id) DO UPDATE SET
         updated_at = GREATEST(t.updated_at, excluded.updated_at),
         item_count = t.item_count + excluded.item_count,
+        turn_count = t.turn_count + 1,
+        turn_items = t.turn_items + excluded.turn_items,
         next_seq = t.next_seq + excluded.item_count,
         version = t.version + 1
     RETURNING t.next_seq - $4::bigint AS base
 ), r AS (
-    INSERT INTO same_turns (session_id, first_seq, last_seq, created_at)
-    SELECT $1, s.base, s.base + $4::bigint - 1, now() FROM s
+    INSERT INTO same_turns (session_id, first_seq, last_seq, created_at, items)
+    SELECT $1, s.base, s.base + $4::bigint - 1, now(), $4::bigint FROM s
 )
 INSERT INTO same_items (session_id, seq, batch_id, data)
 SELECT $1, s.base + u.ord - 1, $2, u.data
