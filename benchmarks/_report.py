@@ -274,6 +274,7 @@ def check_targets(results: Result) -> list[Result]:
             continue  # a run from before these were timed: no target to report
         small, big = min(cells), max(cells)
         for key, what in (
+            ("turns_last5_ms", "turns(last=5)"),
             ("turns5_ms", "get_items(turns=5)"),
             ("rewind2_undo_ms", "rewind of the newest 2 turns + undo"),
             ("fork2_ms", "fork(at_turn=2)"),
@@ -838,6 +839,7 @@ def _section_d(results: Result, backend: str, level: str) -> list[str]:
 
 #: The turn operations of (d1), ``turn_ops`` of each size: (key, what, digits).
 TURN_OPS = (
+    ("turns_last5_ms", "turns(last=5)", 3),
     ("turns5_ms", "get_items(turns=5)", 3),
     ("rewind2_undo_ms", "rewind of the newest 2 turns + undo_rewind()", 3),
     ("fork2_ms", "fork(at_turn=2) into a new id", 3),

@@ -363,7 +363,7 @@ async def _time_op(reps: int, op: Callable[[int], Awaitable[Any]]) -> float:
 
 async def turn_operations(subject: Subject, sid: str, size: int, reps: int) -> Result:
     """(d1) Our turn operations on ``sid`` (``size`` items in turns of
-    :data:`TURN_ITEMS`): ``turns()``, ``get_items(turns=5)``, a rewind of the newest 2
+    :data:`TURN_ITEMS`): ``turns()``, ``turns(last=5)``, ``get_items(turns=5)``, a rewind of the newest 2
     turns and its ``undo_rewind()``, ``fork(at_turn=2)`` into fresh ids (deleted
     afterwards, untimed) and ``usage()``. Median milliseconds."""
     store = subject.store  # type: ignore[attr-defined]
@@ -385,12 +385,14 @@ async def turn_operations(subject: Subject, sid: str, size: int, reps: int) -> R
             "turn_count": count,
             "turns_ms": turns_s * 1e3,
             "turns_us_per_turn": turns_s * 1e6 / count,
+            "turns_last5_ms": await _time_op(reps, lambda _: session.turns(last=5)) * 1e3,
             "turns5_ms": await _time_op(reps, lambda _: session.get_items(turns=5)) * 1e3,
             "rewind2_undo_ms": await _time_op(reps, rewind) * 1e3,
             "fork2_ms": await _time_op(reps, fork) * 1e3,
             "usage_ms": await _time_op(reps, lambda _: session.usage()) * 1e3,
             "turns5_returned": len(await session.get_items(turns=5)),
             "turns_returned": len(await session.turns()),
+            "turns_last5_returned": len(await session.turns(last=5)),
         }
         for fork_id in forks:
             await store.delete_session(fork_id)

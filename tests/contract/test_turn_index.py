@@ -155,6 +155,49 @@ async def test_a_fork_of_a_popped_history_copies_the_turns_reads_see(
     assert await session.fork(f"{sid}-a", at_turn=2) == 2  # the same fork again: nothing
 
 
+async def assert_tails(session: Any) -> list[Turn]:
+    """``turns(last=n)`` is ``turns()[-n:]`` for every ``n`` (``0``: none)."""
+    every = await session.turns()
+    for n in range(len(every) + 2):
+        assert await session.turns(last=n) == (every[-n:] if n else [])
+    return every
+
+
+async def test_turns_last_n_is_the_tail_of_turns_whatever_is_staged_or_rewound(
+    tstore: Store[Any], sid: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 2, 1, 3, 2)
+    assert shape(await assert_tails(session)) == [(1, 2), (2, 1), (3, 3), (4, 2)]
+    assert shape(await session.turns(last=2)) == [(3, 3), (4, 2)]
+    await session.add_items([msg("staged")])  # a pending turn: the newest
+    every = await assert_tails(session)
+    assert [(t.number, t.pending) for t in every[-2:]] == [(4, False), (5, True)]
+    await session.rollback()
+    await session.pop_item()  # a staged pop: read through the full path
+    await session.pop_item()
+    assert shape(await assert_tails(session)) == [(1, 2), (2, 1), (3, 3)]
+    await session.commit()
+    await session.rewind(to_turn=2)
+    assert shape(await assert_tails(session)) == [(1, 2), (2, 1)]
+    await session.undo_rewind()
+    assert shape(await session.turns(last=1)) == [(3, 3)]
+
+
+@pytest.mark.parametrize(
+    ("last", "error", "words"),
+    [(-1, ValueError, "last"), ("2", TypeError, "last must be an int"), (True, TypeError, "bool")],
+)
+async def test_turns_refuses_a_last_that_is_not_a_count(
+    tstore: Store[Any], sid: str, last: object, error: type[Exception], words: str
+) -> None:
+    session = tstore.session(sid)
+    await commit_turns(session, 1)
+    with pytest.raises(error, match=words):
+        await session.turns(last=last)  # type: ignore[arg-type]
+    assert shape(await session.turns()) == [(1, 1)]
+
+
 async def test_history_no_turn_record_covers_reads_through_the_full_path(
     store: Store[Any], target: Target, sid: str
 ) -> None:
@@ -167,6 +210,7 @@ async def test_history_no_turn_record_covers_reads_through_the_full_path(
     await commit_turns(session, 1, 2)
     assert await indexed(store, sid) is None  # the old items are still not covered
     assert shape(await session.turns()) == [(1, 5), (2, 1), (3, 2)]
+    assert shape(await session.turns(last=2)) == [(2, 1), (3, 2)]
     assert await session.get_items(turns=1) == [msg("t3.0"), msg("t3.1")]
     assert len(await session.get_items(turns=3)) == 8
     assert await session.fork(f"{sid}-f", at_turn=2) == 2

@@ -16,7 +16,12 @@ from ..._model.backend import (
     new_batch_id,
 )
 from ..._model.turns import Turn, coerce_usage
-from ..._model.validate import check_text, validate_positive_int, validate_session_id
+from ..._model.validate import (
+    check_text,
+    validate_limit,
+    validate_positive_int,
+    validate_session_id,
+)
 from ...errors import SessionError
 from ..branching import Branch, StoredTurns, fork_history, list_branches, refuse_split
 from ..commit import apply_batches
@@ -53,13 +58,26 @@ class TurnsPart(SessionPlumbing):
         """The run id turns staged now carry (:meth:`set_run_id`)."""
         return self._staging.run_id
 
-    async def turns(self) -> list[Turn]:
+    async def turns(self, *, last: int | None = None) -> list[Turn]:
         """The history's turns, oldest first: one per commit that added items (see
-        ``docs/turns.md``), then the staged items as one pending turn."""
+        ``docs/turns.md``), then the staged items as one pending turn.
+
+        ``last=N``: only the newest ``N`` of them (the pending one counts), numbered as
+        in the whole list: ``turns()[-N:]``, read from the turn index, so it costs what
+        it returns however long the session (``docs/turns.md``). ``0``: ``[]``.
+        """
         self._check_open("turns")
+        count = validate_limit(last, "last")
+        if count == 0:
+            return []
         async with self._lock:
             await self._settle("turns")
-            return await self._turn_list("turns")
+            if count is None:
+                return await self._turn_list("turns")
+            found = await self._turn_tail("turns", count)
+            if found is None:  # staged pops or a clear, or an index that is not exact
+                return (await self._turn_list("turns"))[-count:]
+            return found[0]
 
     async def fork(self, new_session_id: str, *, at_turn: int | None = None) -> int:
         """Make ``new_session_id`` a new session holding this session's turns 1 to
