@@ -44,6 +44,16 @@ def turns_cmd(
     ctx: typer.Context,
     session_id: SessionId,
     db: Db = None,
+    last: Annotated[
+        int | None,
+        typer.Option(
+            "--last",
+            metavar="N",
+            min=1,
+            max=MAX_INT64,
+            help="Only the newest N turns (numbered as in the whole list).",
+        ),
+    ] = None,
     as_json: Json = False,
 ) -> int:
     """A session's turns (one per commit that added items) and its forks.
@@ -51,16 +61,17 @@ def turns_cmd(
     \b
     Example:
       sessions turns user-42 --db sqlite:///chat.db
+      sessions turns user-42 --last 5 --db sqlite:///chat.db
     """
     url = database_url(ctx, db)
-    return run_async(lambda: _turns(url, session_id, as_json), [url])
+    return run_async(lambda: _turns(url, session_id, last, as_json), [url])
 
 
-async def _turns(url: str, session_id: str, as_json: bool) -> None:
+async def _turns(url: str, session_id: str, last: int | None, as_json: bool) -> None:
     async with opened(url) as store:
         session = store.session(session_id)
         try:
-            turns = await session.turns()
+            turns = await session.turns(last=last)
             branches = await session.branches()
         finally:
             await session.close()

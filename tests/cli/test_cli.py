@@ -740,6 +740,9 @@ async def test_turns_fork_and_rewind_commands_print_literally_and_work_on_whole_
         (1, 1, "run-a"),
         (2, 2, "run-\x1b[31mred"),
     ]
+    newest = await cli("turns", "chat", "--last", "1", "--json", "--db", db)
+    assert [t["number"] for t in json.loads(newest.out)["turns"]] == [2]
+    one_error_line(await cli("turns", "chat", "--last", "0", "--db", db), "--last")
     for _ in range(2):  # a rerun adds nothing
         forked = await cli("fork", "chat", "chat-edit", "--at-turn", "1", "--json", "--db", db)
         assert forked.code == 0, forked.err
