@@ -81,10 +81,11 @@ def doctor_cmd(
     outputs, duplicate item ids, rows that are not JSON objects; and turn indexes
     (turn counts kept per session and turn) that disagree with the rows.
 
-    Exit status 1 while problems remain, 0 when clean. --repair (txsessions stores
-    only) moves the offending rows into each session's quarantine, listed in the
-    report, and recomputes a wrong turn index from the rows. An SDK session database is read only: migrate it first (sessions migrate),
-    then run doctor --repair on the copy.
+    Exit status 1 while problems or wrong turn indexes remain, 0 when clean. --repair
+    (txsessions stores only) moves the offending rows into each session's quarantine,
+    listed in the report, and recomputes a wrong turn index from the rows. An SDK
+    session database is read only: migrate it first (sessions migrate), then run
+    doctor --repair on the copy.
 
     \b
     Example:

@@ -194,6 +194,28 @@ async def test_a_repair_recomputes_from_the_rows_inside_its_own_transaction(
     assert [t.items for t in await assert_exact(store, POPPED)] == [2, 2, 1, 3]
 
 
+async def test_one_repair_run_quarantines_bad_rows_then_recomputes_the_index(
+    target: Target, tmp_path: Path
+) -> None:
+    """The rows' repair pops through the commit path (which keeps the counts as they
+    were, wrong by as much); the index is checked after it and recomputed."""
+    from sessions._engine.commit import write_batches
+    from sessions._model.backend import Batch, TurnRecord
+
+    db = target.fresh(tmp_path)
+    store = await db.open()
+    await _write(store)
+    orphan = '{"type":"function_call_output","call_id":"ghost","output":"?"}'
+    await write_batches(store, CLEAN, [Batch("raw-1", False, (), (orphan,), turn=TurnRecord())])
+    await _set(db, "sessions", "turn_count", 9, CLEAN, None)  # the rows say 4
+    checks = [c async for c in check_store(store, session_id=CLEAN, repair=True)]
+    check = checks[0]
+    assert [(p.key, p.kind) for p in check.repaired] == [(7, "orphan_output")]
+    assert check.index == [IndexMismatch("turn_count", 8, 3)]  # judged after the pop
+    assert check.index_repaired and check.remaining == [] and check.index_remaining == []
+    assert [t.items for t in await assert_exact(store, CLEAN)] == [2, 2, 2]
+
+
 async def test_a_failed_index_repair_is_reported_and_the_mismatches_remain(
     target: Target, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
