@@ -23,6 +23,17 @@ rows it removes and their text (:func:`~sessions._engine.commit.derived_batch_id
 land is skipped by id). The batch is conditioned on the newest row read
 (:attr:`Batch.tail`): a row written meanwhile makes it a conflict, and the session is
 checked again.
+
+The turn index (``docs/turns.md``: each turn record's ``items``, the session's
+``turn_count`` and ``turn_items``, kept by every write) is checked too, on backends that
+keep one (:class:`~sessions._model.turnindex.TurnIndexBackend`): the backend reads the
+stored counts and what the rows say in one snapshot, and the core's rule
+(:func:`sessions._model.turnindex.index_mismatches`) names each count that disagrees. Its
+repair recomputes the counts in one transaction of the backend per session, from the rows
+as they are inside that transaction (:func:`sessions._model.turnindex.turn_index_of`): no item
+moves, nothing is committed as a batch (the version and ``updated_at`` stay), and a rerun
+finds nothing left to recompute. It runs after the rows' repair, whose pops keep the
+counts as they were.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from .._engine.commit import derived_batch_id, write_batches
 from .._model.backend import AdminBackend, Batch, Row
 from .._model.history import check_history
+from .._model.turnindex import IndexMismatch, TurnIndexBackend, index_mismatches
 from ..errors import CommitConflictError, SessionError
 from .sources import Source
 
@@ -43,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "NOT_AN_OBJECT",
+    "IndexMismatch",
     "Problem",
     "SessionCheck",
     "check_rows",
@@ -91,11 +104,22 @@ class SessionCheck:
     """Why a repair failed (the problems then remain)."""
     quarantine: list[tuple[str, str]] = field(default_factory=list)
     """``(reason, text)`` of what the session's quarantine holds (after any repair)."""
+    index: list[IndexMismatch] = field(default_factory=list)
+    """The counts of the session's turn index that disagree with its rows."""
+    index_repaired: bool = False
+    """The turn index was recomputed from the rows (with ``--repair``)."""
+    index_error: str | None = None
+    """Why recomputing the turn index failed (its mismatches then remain)."""
 
     @property
     def remaining(self) -> list[Problem]:
         """The problems still stored (all of them unless a repair removed them)."""
         return [] if self.repaired and self.error is None else self.problems
+
+    @property
+    def index_remaining(self) -> list[IndexMismatch]:
+        """The turn index mismatches still stored (none once it was recomputed)."""
+        return [] if self.index_repaired else self.index
 
 
 def _refuse_constant(name: str) -> Any:
@@ -223,10 +247,28 @@ async def _quarantine(admin: AdminBackend, session_id: str) -> list[tuple[str, s
     return [(entry.reason, entry.data) for entry in entries]
 
 
+async def _check_index(admin: AdminBackend, check: SessionCheck, repair: bool) -> None:
+    """Check the session's turn index against its rows; with ``repair``, recompute it
+    (in one transaction of the backend) when it disagrees."""
+    if not isinstance(admin, TurnIndexBackend):
+        return
+    facts = await admin.load_turn_index(check.session_id)
+    check.index = [] if facts is None else index_mismatches(facts)
+    if not (check.index and repair):
+        return
+    try:
+        await admin.repair_turn_index(check.session_id)
+    except SessionError as exc:
+        check.index_error = str(exc)
+        return
+    check.index_repaired = True
+
+
 async def _session(
     store: Store[Any], admin: AdminBackend, session_id: str, repair: bool
 ) -> SessionCheck:
     check = await _check_session(store, admin, session_id, repair)
+    await _check_index(admin, check, repair)
     check.quarantine = await _quarantine(admin, session_id)
     return check
 

@@ -28,7 +28,7 @@ from .render import (
 )
 
 if TYPE_CHECKING:
-    from .._tools.doctor import Problem, SessionCheck
+    from .._tools.doctor import IndexMismatch, Problem, SessionCheck
 
 __all__ = ["doctor_cmd"]
 
@@ -54,7 +54,8 @@ def doctor_cmd(
         typer.Option(
             "--repair",
             help="Move every offending row into its session's quarantine (one idempotent "
-            "commit per session; nothing is deleted for good).",
+            "commit per session; nothing is deleted for good), and recompute a turn index "
+            "that disagrees with the rows (one transaction per session).",
         ),
     ] = False,
     as_json: Annotated[
@@ -77,12 +78,14 @@ def doctor_cmd(
     ] = None,
 ) -> int:
     """Find history the Responses API would reject: orphan tool outputs, calls without
-    outputs, duplicate item ids, rows that are not JSON objects.
+    outputs, duplicate item ids, rows that are not JSON objects; and turn indexes
+    (turn counts kept per session and turn) that disagree with the rows.
 
-    Exit status 1 while problems remain, 0 when clean. --repair (txsessions stores
-    only) moves the offending rows into each session's quarantine, listed in the
-    report. An SDK session database is read only: migrate it first (sessions migrate),
-    then run doctor --repair on the copy.
+    Exit status 1 while problems or wrong turn indexes remain, 0 when clean. --repair
+    (txsessions stores only) moves the offending rows into each session's quarantine,
+    listed in the report, and recomputes a wrong turn index from the rows. An SDK
+    session database is read only: migrate it first (sessions migrate), then run
+    doctor --repair on the copy.
 
     \b
     Example:
@@ -213,6 +216,7 @@ class _Report:
         self.database = ""
         self.sessions = self.rows = self.found = self.remaining = 0
         self.repaired = self.repaired_sessions = self.failed = self.quarantined = 0
+        self.index_found = self.index_repaired = self.index_remaining = 0
         self.kind = ""
         self._json: JsonObjectStream | None = None
 
@@ -231,11 +235,17 @@ class _Report:
         with progress("checking sessions", None) as bar:
             async for check in checks:
                 self._count(check)
-                if check.problems or check.quarantine or check.error:
+                if (
+                    check.problems
+                    or check.quarantine
+                    or check.error
+                    or check.index
+                    or check.index_error
+                ):
                     self._session(check)
                 bar.advance(1)
         self._summary()
-        return 1 if self.remaining else 0
+        return 1 if self.remaining or self.index_remaining else 0
 
     def _count(self, check: "SessionCheck") -> None:
         self.sessions += 1
@@ -244,8 +254,11 @@ class _Report:
         self.remaining += len(check.remaining)
         self.repaired += len(check.repaired)
         self.repaired_sessions += bool(check.repaired)
-        self.failed += check.error is not None
+        self.failed += (check.error is not None) + (check.index_error is not None)
         self.quarantined += len(check.quarantine)
+        self.index_found += bool(check.index)
+        self.index_repaired += check.index_repaired
+        self.index_remaining += bool(check.index_remaining)
 
     def _session(self, check: "SessionCheck") -> None:
         if self.as_json:
@@ -264,7 +277,10 @@ class _Report:
             "repaired_sessions": self.repaired_sessions,
             "failed_repairs": self.failed,
             "quarantined_rows": self.quarantined,
-            "clean": not self.remaining,
+            "turn_index_sessions": self.index_found,
+            "turn_index_repaired": self.index_repaired,
+            "turn_index_remaining": self.index_remaining,
+            "clean": not self.remaining and not self.index_remaining,
         }
         if self.as_json:
             self._stream().close(summary)
@@ -278,13 +294,21 @@ class _Report:
                 f"repaired {plural(self.repaired_sessions, 'session')}: "
                 f"{plural(self.repaired, 'row')} moved into their quarantine"
             )
+        if self.index_found:
+            say(f"turn index of {plural(self.index_found, 'session')} disagrees with the rows")
+        if self.index_repaired:
+            say(f"recomputed the turn index of {plural(self.index_repaired, 'session')}")
         if self.failed:
             say(f"{plural(self.failed, 'repair')} failed (see above)")
         if self.remaining:
             hint = "" if self.repaired or self.failed else "; --repair quarantines them"
             verb = "remains" if self.remaining == 1 else "remain"
             say(f"{plural(self.remaining, 'problem')} {verb}{hint}")
-        else:
+        if self.index_remaining:
+            hint = "" if self.index_repaired or self.failed else "; --repair recomputes them"
+            verb = "remains" if self.index_remaining == 1 else "remain"
+            say(f"{plural(self.index_remaining, 'session')} with a wrong turn index {verb}{hint}")
+        if not self.remaining and not self.index_remaining:
             say("clean: no stored history the API would reject")
 
 
@@ -297,6 +321,17 @@ def _problem_json(problem: "Problem") -> dict[str, Any]:
     }
 
 
+def _mismatch_json(mismatch: "IndexMismatch") -> dict[str, Any]:
+    return {
+        "what": mismatch.what,
+        "first_key": mismatch.first_key,
+        "last_key": mismatch.last_key,
+        "hidden": mismatch.hidden,
+        "stored": mismatch.stored,
+        "expected": mismatch.expected,
+    }
+
+
 def _session_json(check: "SessionCheck") -> dict[str, Any]:
     return {
         "session_id": check.session_id,
@@ -305,6 +340,9 @@ def _session_json(check: "SessionCheck") -> dict[str, Any]:
         "repaired": [_problem_json(p) for p in check.repaired],
         "error": check.error,
         "quarantine": [{"reason": reason, "data": data} for reason, data in check.quarantine],
+        "turn_index": [_mismatch_json(m) for m in check.index],
+        "turn_index_repaired": check.index_repaired,
+        "turn_index_error": check.index_error,
     }
 
 
@@ -325,8 +363,18 @@ def _session_lines(check: "SessionCheck") -> list[str]:
         lines.append(f"  repaired: {plural(len(check.repaired), 'row')} moved into the quarantine")
     if check.error:
         lines.append(f"  repair failed: {literal(check.error)}")
+    if check.index:
+        lines.append(
+            f"session {literal(check.session_id)}: turn index disagrees with the rows "
+            f"({plural(len(check.index), 'count')})"
+        )
+        lines.extend(f"  {literal(m.message)}" for m in check.index)
+    if check.index_repaired:
+        lines.append("  repaired: turn index recomputed from the rows")
+    if check.index_error:
+        lines.append(f"  turn index repair failed: {literal(check.index_error)}")
     if check.quarantine:
-        if not check.problems:
+        if not check.problems and not check.index:
             lines.append(f"session {literal(check.session_id)}: clean")
         lines.append(f"  quarantine: {plural(len(check.quarantine), 'row')}")
         lines.extend(

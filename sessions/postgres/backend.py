@@ -16,7 +16,8 @@ resolution live in the core (:mod:`sessions._engine.commit`, :mod:`sessions._eng
 
 The class is put together from parts over :class:`~.connect.Connections` (the pool and
 the operations in flight): :class:`~.group.GroupPart` (appends, grouped),
-:class:`~.admin.AdminPart` (store operations) and :class:`~.schema.SchemaPart`
+:class:`~.admin.AdminPart` (store operations), :class:`~.index.IndexPart` (the turn
+index as ``sessions doctor`` checks and repairs it) and :class:`~.schema.SchemaPart`
 (migrations); the commit's transaction and the reads stay here.
 """
 
@@ -34,13 +35,14 @@ from ..errors import StoreClosedError
 from .admin import AdminPart
 from .faults import _Phase
 from .group import GroupPart
+from .index import IndexPart
 from .schema import SchemaPart
 from .sql import _turn_args
 
 __all__ = ["PostgresBackend"]
 
 
-class PostgresBackend(GroupPart, AdminPart, SchemaPart):
+class PostgresBackend(GroupPart, AdminPart, IndexPart, SchemaPart):
     """Stores batches in PostgreSQL through an asyncpg pool.
 
     ``owns_pool`` decides whether :meth:`close` closes the pool; a borrowed pool stays

@@ -25,6 +25,7 @@ from .connection import Synchronous, setup, validate_path, validate_synchronous
 from .deletes import delete_sessions, delete_user_sessions, prune_records
 from .faults import classify
 from .group import Group
+from .index import read_turn_index, write_turn_index
 from .reads import (
     info_from,
     listing_sql,
@@ -47,6 +48,7 @@ from .worker import Worker, WorkerStoppedError
 
 if TYPE_CHECKING:
     from .._model.backend import Batch, Row, SessionFilter, SessionInfo, TurnRow, TurnWindow
+    from .._model.turnindex import TurnIndexFacts
 
 __all__ = ["SQLiteBackend"]
 
@@ -141,6 +143,12 @@ class SQLiteBackend:
         self, session_id: str, *, oldest: int | None = None, newest: int | None = None
     ) -> TurnWindow | None:
         return await self._run("read", read_turn_window, session_id, oldest, newest)
+
+    async def load_turn_index(self, session_id: str) -> TurnIndexFacts | None:
+        return await self._run("read", read_turn_index, session_id)
+
+    async def repair_turn_index(self, session_id: str) -> TurnIndexFacts | None:
+        return await self._run("repair_turn_index", write_turn_index, session_id)
 
     async def usage_totals(
         self, session_id: str | None, since: datetime | None

@@ -279,6 +279,22 @@ _WINDOW_ROW = (
 SQL_TURN_INDEX = "SELECT item_count, turn_count, turn_items FROM txs_sessions WHERE session_id = ?"
 SQL_TURNS_OLDEST = _WINDOW_ROW + "ORDER BY t.first_seq LIMIT ?"
 SQL_TURNS_NEWEST = _WINDOW_ROW + "ORDER BY t.first_seq DESC LIMIT ?"
+# The turn index of one session as sessions doctor checks it (TurnIndexBackend), one
+# statement: the session's counts, then each turn record (none: one row of NULLs) with
+# its count and the items and hidden items its range holds. No row: no session.
+SQL_INDEX_FACTS = (
+    "SELECT s.turn_count, s.turn_items, t.first_seq, t.last_seq, t.hidden_by IS NOT NULL, "
+    "t.items, (SELECT count(*) FROM txs_items AS i WHERE i.session_id = t.session_id "
+    "AND i.seq BETWEEN t.first_seq AND t.last_seq), "
+    "(SELECT count(*) FROM txs_hidden_items AS h WHERE h.session_id = t.session_id "
+    "AND h.seq BETWEEN t.first_seq AND t.last_seq) "
+    "FROM txs_sessions AS s LEFT JOIN txs_turns AS t ON t.session_id = s.session_id "
+    "WHERE s.session_id = ? ORDER BY t.first_seq"
+)
+SQL_INDEX_SET_RECORD = "UPDATE txs_turns SET items = ? WHERE session_id = ? AND first_seq = ?"
+SQL_INDEX_SET_SESSION = (
+    "UPDATE txs_sessions SET turn_count = ?, turn_items = ? WHERE session_id = ?"
+)
 SQL_LOAD_TURNS = (
     f"SELECT first_seq, last_seq, created_at, run_id, {USAGE_COLUMNS} FROM txs_turns "
     "WHERE session_id = ? AND hidden_by IS NULL ORDER BY first_seq"

@@ -363,12 +363,21 @@ async def _postgres_raw(conn: Any, schema: str, session_id: str) -> RawSession:
             session_id,
         )
         meta = await conn.fetchrow(
-            f"SELECT item_count, next_seq, created_at, updated_at FROM {table('sessions')} "
-            "WHERE session_id = $1",
+            "SELECT item_count, next_seq, created_at, updated_at, turn_count, turn_items "
+            f"FROM {table('sessions')} WHERE session_id = $1",
             session_id,
         )
         records = await conn.fetch(
             f"SELECT batch_id, committed_at FROM {table('batches')} WHERE session_id = $1",
+            session_id,
+        )
+        turns = await conn.fetch(
+            f"SELECT first_seq, last_seq, hidden_by IS NOT NULL, items FROM {table('turns')} "
+            "WHERE session_id = $1 ORDER BY first_seq",
+            session_id,
+        )
+        hidden = await conn.fetch(
+            f"SELECT seq FROM {table('hidden_items')} WHERE session_id = $1 ORDER BY seq",
             session_id,
         )
     return RawSession(
@@ -376,4 +385,7 @@ async def _postgres_raw(conn: Any, schema: str, session_id: str) -> RawSession:
         [RawRow(row[0], row[1], row[2]) for row in rows],
         None if meta is None else (meta[0], meta[1], meta[2], meta[3]),
         [(row[0], row[1]) for row in records],
+        None if meta is None else (meta[4], meta[5]),
+        [(row[0], row[1], row[2], row[3]) for row in turns],
+        [row[0] for row in hidden],
     )

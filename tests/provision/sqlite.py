@@ -240,12 +240,20 @@ def _sqlite_raw(path: str, session_id: str) -> RawSession:
             (session_id,),
         ).fetchall()
         meta = conn.execute(
-            "SELECT item_count, next_seq, created_at, updated_at FROM txs_sessions "
-            "WHERE session_id = ?",
+            "SELECT item_count, next_seq, created_at, updated_at, turn_count, turn_items "
+            "FROM txs_sessions WHERE session_id = ?",
             (session_id,),
         ).fetchone()
         records = conn.execute(
             "SELECT batch_id, committed_at FROM txs_batches WHERE session_id = ?", (session_id,)
+        ).fetchall()
+        turns = conn.execute(
+            "SELECT first_seq, last_seq, hidden_by IS NOT NULL, items FROM txs_turns "
+            "WHERE session_id = ? ORDER BY first_seq",
+            (session_id,),
+        ).fetchall()
+        hidden = conn.execute(
+            "SELECT seq FROM txs_hidden_items WHERE session_id = ? ORDER BY seq", (session_id,)
         ).fetchall()
         conn.execute("COMMIT")
     finally:
@@ -255,6 +263,9 @@ def _sqlite_raw(path: str, session_id: str) -> RawSession:
         [RawRow(*row) for row in rows],
         None if meta is None else (meta[0], meta[1], when(meta[2]), when(meta[3])),
         [(batch_id, when(at)) for batch_id, at in records],
+        None if meta is None else (meta[4], meta[5]),
+        [(first, last, bool(hid), items) for first, last, hid, items in turns],
+        [seq for (seq,) in hidden],
     )
 
 

@@ -9,13 +9,19 @@ present (nothing lost) and no batch appears that was never committed (no phantom
 The history is read from the raw rows, not through ``get_items()`` (which skips rows
 that are not JSON objects): :func:`check_rows` also requires every stored row to be the
 canonical JSON object text a session stores, each batch's rows to be contiguous with
-consecutive keys, and the session's metadata (``item_count``, ``next_seq``,
-``created_at`` / ``updated_at``) to agree with the rows and the batch records.
+consecutive keys, the session's metadata (``item_count``, ``next_seq``,
+``created_at`` / ``updated_at``) to agree with the rows and the batch records, and the
+turn index (docs/turns.md) to agree with the rows: each turn record's ``items`` is the
+number of stored items in its key range (a record hidden by a rewind: of hidden items),
+the session's ``turn_count`` the number of visible records holding items and
+``turn_items`` the items those hold. (Counted here on its own, not by the package's rule
+in ``sessions/_model/turnindex.py``: the checker does not share the code it checks.)
 """
 
 from __future__ import annotations
 
 import json
+from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -131,6 +137,12 @@ class RawSession:
     meta: tuple[int, int, datetime, datetime] | None
     #: ``(batch_id, committed_at)`` of the session's batch records.
     records: list[tuple[str, datetime]] = field(default_factory=list)
+    #: ``(turn_count, turn_items)`` of the metadata row (``None``: no metadata row).
+    index: tuple[int, int] | None = None
+    #: ``(first_seq, last_seq, hidden, items)`` of every turn record, hidden ones too.
+    turns: list[tuple[int, int, bool, int]] = field(default_factory=list)
+    #: The keys of the session's hidden items (moved aside by a rewind).
+    hidden: list[int] = field(default_factory=list)
 
 
 class History(list[Any]):
@@ -216,6 +228,39 @@ def _check_meta(raw: RawSession) -> list[str]:
     return problems
 
 
+def _check_index(raw: RawSession) -> list[str]:
+    """The turn index agrees with the rows: every record's ``items``, and the metadata
+    row's ``turn_count`` and ``turn_items``."""
+    if raw.index is None:
+        return [f"{len(raw.turns)} turn record(s) but no metadata row"] if raw.turns else []
+    visible = sorted(row.seq for row in raw.rows)
+    hidden = sorted(raw.hidden)
+    problems: list[str] = []
+    count = held = 0
+    for first, last, is_hidden, items in raw.turns:
+        keys = hidden if is_hidden else visible
+        n = bisect_right(keys, last) - bisect_left(keys, first)
+        if items != n:
+            kind = "hidden " if is_hidden else ""
+            problems.append(
+                f"turn record {first}..{last}{' (hidden)' if is_hidden else ''}: items {items} "
+                f"but {n} {kind}item(s) stored in its range"
+            )
+        if not is_hidden:
+            count += n > 0
+            held += n
+    turn_count, turn_items = raw.index
+    if turn_count != count:
+        problems.append(
+            f"metadata turn_count {turn_count} but {count} visible turn record(s) hold items"
+        )
+    if turn_items != held:
+        problems.append(
+            f"metadata turn_items {turn_items} but the visible turn records hold {held} item(s)"
+        )
+    return problems
+
+
 def check_rows(raw: RawSession) -> History:
     """The valid items of ``raw`` and every way its rows or metadata are wrong."""
     items: list[Any] = []
@@ -228,6 +273,7 @@ def check_rows(raw: RawSession) -> History:
             items.append(value)
     problems += _check_layout(raw.rows)
     problems += _check_meta(raw)
+    problems += _check_index(raw)
     return History(items, [f"raw rows of {raw.session_id!r}: {p}" for p in problems])
 
 

@@ -49,6 +49,42 @@ async def test_a_healthy_history_checks_clean(target: Target, sid: str) -> None:
     history = await read_history(target, sid)
     assert len(history) == 8
     assert check_history(history, ledger) == []
+    async with target.raw_reader() as reader:  # the turn index is read, so it is checked
+        raw = await reader.read(sid)
+    assert raw.index == (2, 8)
+    assert raw.turns == [(1, 4, False, 4), (5, 8, False, 4)] and raw.hidden == []
+
+
+async def set_count(target: Target, sql: str, sid: str) -> None:
+    await target.execute(sql.replace("$s", target.param(1)), sid)
+
+
+async def test_the_checker_reports_turn_counts_that_disagree_with_the_rows(
+    target: Target, sid: str
+) -> None:
+    store = await target.open()
+    await commit_batches(store, sid, [0, 1, 2])  # turns of keys 1..4, 5..8, 9..12
+    assert await store.session(sid).rewind(to_turn=2) == 1  # 9..12 hidden
+    ledger = Ledger({0: [0, 1]})
+    assert check_history(await read_history(target, sid), ledger) == []  # hidden counted right
+    await set_count(target, "UPDATE txs_sessions SET turn_count = 3 WHERE session_id = $s", sid)
+    await set_count(target, "UPDATE txs_sessions SET turn_items = 7 WHERE session_id = $s", sid)
+    await set_count(
+        target, "UPDATE txs_turns SET items = 3 WHERE session_id = $s AND first_seq = 5", sid
+    )
+    await set_count(
+        target, "UPDATE txs_turns SET items = 0 WHERE session_id = $s AND first_seq = 9", sid
+    )
+    assert len(await store.session(sid).get_items()) == 8  # the rows are as they were
+    problems = check_history(await read_history(target, sid), ledger)
+    assert sorted(p.split(": ", 1)[1] for p in problems) == sorted(
+        [
+            "metadata turn_count 3 but 2 visible turn record(s) hold items",
+            "metadata turn_items 7 but the visible turn records hold 8 item(s)",
+            "turn record 5..8: items 3 but 4 item(s) stored in its range",
+            "turn record 9..12 (hidden): items 0 but 4 hidden item(s) stored in its range",
+        ]
+    ), problems
 
 
 async def test_the_checker_reports_a_torn_row_and_a_null_row(target: Target, sid: str) -> None:
