@@ -252,7 +252,7 @@ class Statements:
         RETURNING session_id, batch_id
     ), a AS (
         SELECT DISTINCT ON (g.session_id, g.batch_id) g.*
-        FROM g JOIN b ON b.session_id = g.session_id AND b.batch_id = g.batch_id
+        FROM g WHERE (g.session_id, g.batch_id) IN (SELECT session_id, batch_id FROM b)
         ORDER BY g.session_id, g.batch_id, g.k
     ), s AS (
         INSERT INTO {{sessions}} AS t (session_id, created_at, updated_at, item_count, next_seq,
