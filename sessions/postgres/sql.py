@@ -231,8 +231,9 @@ class Statements:
     # once a statement) and its batches get contiguous keys in their order: ``base``, the
     # first key of each, counts back from the new ``next_seq``. Session rows are locked in
     # session-id order (COLLATE "C": the order of every other lock). A life that does not
-    # match raises while inserting the items, as in ``append``: the whole group is rolled
-    # back and applied again entry by entry.
+    # match raises, as in ``append``, for a batch with items only (the condition may be
+    # checked on ``p``, before the join): the whole group is rolled back and applied again
+    # entry by entry.
     append_group: str = f"""
     WITH g AS (
         SELECT u.session_id COLLATE "C" AS session_id, u.batch_id COLLATE "C" AS batch_id,
@@ -278,8 +279,8 @@ class Statements:
     SELECT p.session_id, p.base + u.pos - p.start - 1, p.batch_id, u.data
     FROM unnest($13::text[], $14::bigint[]) WITH ORDINALITY AS u(data, k, pos)
     JOIN p ON p.k = u.k
-    WHERE CASE WHEN p.stored IS NOT DISTINCT FROM coalesce(p.life, p.stored) THEN true
-               ELSE {{deleted}}(p.session_id) IS NULL END
+    WHERE CASE WHEN p.n = 0 OR p.stored IS NOT DISTINCT FROM coalesce(p.life, p.stored)
+               THEN true ELSE {{deleted}}(p.session_id) IS NULL END
     """
 
     # The general commit, statement 1 of 2+: make sure the session row exists and lock it;
