@@ -1,10 +1,11 @@
 """The PostgreSQL backend's part of group commit (the scheduler itself:
 :mod:`sessions._engine.group`).
 
-Appends of many sessions that arrive while others are in flight are sent together: the
-append statement once per batch, pipelined in one round trip, one implicit transaction,
-one WAL flush. If the server rejects the group, it is applied again entry by entry, each
-in a savepoint of one transaction, so a failing commit fails alone.
+Appends of many sessions that arrive while others are in flight are sent together: one
+statement for all their batches (``Statements.append_group``, the same as the append
+statement once per batch), one round trip, one transaction, one WAL flush. If the server
+rejects the group, it is applied again entry by entry, each in a savepoint of one
+transaction, so a failing commit fails alone.
 """
 
 from __future__ import annotations
@@ -84,6 +85,17 @@ def _group_args(group: Sequence[Entry]) -> list[tuple[Any, ...]]:
         for entry in ordered
         for batch in entry.batches
     ]
+
+
+def _group_columns(args: Sequence[tuple[Any, ...]]) -> list[Sequence[Any]]:
+    """The arguments of the group statement (``Statements.append_group``) from the
+    batches' :func:`_group_args`: each column of theirs but the items, one element per
+    batch, then every batch's items, one after the other, and the batch of each
+    (1-based)."""
+    sessions, batch_ids, texts, counts, *rest = zip(*args, strict=True)
+    items = [text for batch in texts for text in batch]
+    owners = [k for k, count in enumerate(counts, 1) for _ in range(count)]
+    return [sessions, batch_ids, counts, *rest, items, owners]
 
 
 async def _hold(task: asyncio.Future[None]) -> None:
@@ -172,11 +184,11 @@ class GroupPart(Connections):
     async def _send(self, conn: Any, phase: _Phase, group: Sequence[Entry]) -> list[Outcome]:
         """Every batch of the group in one round trip and one transaction.
 
-        One batch: one autocommit statement. More: asyncpg's ``executemany`` pipelines
-        the statement once per batch and runs them all in one implicit transaction
-        (one WAL flush). If the server rejects it (a trigger, a constraint: nothing
-        was applied), the entries are applied again one by one, each in a savepoint of
-        one transaction.
+        One batch: the append statement. More: the group statement, over all of them
+        (:func:`_group_columns`); either is one autocommit statement (one WAL flush).
+        If the server rejects a group (a trigger, a constraint, a session deleted
+        meanwhile: nothing was applied), the entries are applied again one by one, each
+        in a savepoint of one transaction.
         """
         self._grouper.count(group)
         observer = HOOK.observer
@@ -188,7 +200,7 @@ class GroupPart(Connections):
             await conn.execute(self._sql.append, *args[0])
             return [None]
         try:
-            await conn.executemany(self._sql.append, args)
+            await conn.execute(self._sql.append_group, *_group_columns(args))
         except asyncpg.PostgresError as exc:
             if len(group) == 1 or _is_connection_loss(exc) or exc.sqlstate in _RETRY_STATES:
                 raise

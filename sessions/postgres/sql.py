@@ -99,33 +99,62 @@ _RECORD_BATCH = """b AS (
     )"""
 
 
-def _record_turn(*, count: int, first: int) -> str:
-    """The CTE ``r`` of both commit statements: the turn record (``Batch.turn``) over the
-    ``$count`` items just numbered from ``s.base``. ``$first`` says whether there is one,
-    the next parameters are its run id, its time (NULL: ``now()``) and its five usage
-    counts (NULL: none), in :func:`_turn_args`' order."""
-    usage = ", ".join(f"${n}::bigint" for n in range(first + 3, first + 8))
+def _turn_insert(source: str, session: str, count: str, turn: str, fields: list[str]) -> str:
+    """The CTE ``r`` of the commit statements: the turn record (``Batch.turn``) of each row
+    of ``source`` whose ``turn`` is true and ``count`` is not 0, over the ``count`` items
+    numbered from ``base``, of session ``session``. ``fields``: the record's run id, time
+    (NULL: ``now()``) and five usage counts (NULL: none), in :func:`_turn_args`' order."""
+    run_id, at, *usage = fields
     return f"""r AS (
         INSERT INTO {{turns}} (session_id, first_seq, last_seq, created_at, run_id,
                              requests, input_tokens, output_tokens, cached_tokens, reasoning_tokens,
                              items)
-        SELECT $1, s.base, s.base + ${count}::bigint - 1, coalesce(${first + 2}::timestamptz, now()),
-               ${first + 1}::text, {usage}, ${count}::bigint
-        FROM s WHERE ${first}::boolean AND ${count}::bigint > 0
+        SELECT {session}, {source}.base, {source}.base + {count} - 1, coalesce({at}, now()),
+               {run_id}, {", ".join(usage)}, {count}
+        FROM {source} WHERE {turn} AND {count} > 0
     )"""
 
 
-def _turn_adds(*, count: int, first: int) -> tuple[str, str]:
-    """What the turn record of :func:`_record_turn` adds to the session's turn index:
+def _record_turn(*, count: int, first: int) -> str:
+    """:func:`_turn_insert` for one batch: the record over the ``$count`` items just
+    numbered from ``s.base``. ``$first`` says whether there is one, the next parameters
+    are its fields."""
+    usage = [f"${n}::bigint" for n in range(first + 3, first + 8)]
+    return _turn_insert(
+        "s",
+        "$1",
+        f"${count}::bigint",
+        f"${first}::boolean",
+        [f"${first + 1}::text", f"${first + 2}::timestamptz", *usage],
+    )
+
+
+def _turns_added(count: str, turn: str) -> tuple[str, str]:
+    """What the turn record of :func:`_turn_insert` adds to the session's turn index:
     ``(records, items)`` as SQL expressions."""
     return (
-        f"(CASE WHEN ${first}::boolean AND ${count}::bigint > 0 THEN 1 ELSE 0 END)",
-        f"(CASE WHEN ${first}::boolean THEN ${count}::bigint ELSE 0 END)",
+        f"(CASE WHEN {turn} AND {count} > 0 THEN 1 ELSE 0 END)",
+        f"(CASE WHEN {turn} THEN {count} ELSE 0 END)",
     )
+
+
+def _turn_adds(*, count: int, first: int) -> tuple[str, str]:
+    """:func:`_turns_added` for one batch (parameters as :func:`_record_turn`'s)."""
+    return _turns_added(f"${count}::bigint", f"${first}::boolean")
 
 
 _APPEND_TC, _APPEND_TI = _turn_adds(count=4, first=5)
 _BATCH_TC, _BATCH_TI = _turn_adds(count=6, first=7)
+_GROUP_TC, _GROUP_TI = _turns_added("n", "turn")
+_GROUP_TURN_FIELDS = [
+    "p.run_id",
+    "p.at",
+    "p.requests",
+    "p.input_tokens",
+    "p.output_tokens",
+    "p.cached_tokens",
+    "p.reasoning_tokens",
+]
 
 
 def _turn_window(order: str) -> str:
@@ -190,6 +219,69 @@ class Statements:
     FROM s CROSS JOIN unnest($3::text[]) WITH ORDINALITY AS u(data, ord)
     WHERE CASE WHEN s.life IS NOT DISTINCT FROM coalesce($13::text, s.life) THEN true
                ELSE {{deleted}}($1) IS NULL END
+    """
+
+    # A group of append-only commits (group commit, :mod:`.group`) in one statement, with
+    # what running ``append`` once per batch, in order, would do: one element per batch in
+    # each of $1 session ids, $2 batch ids, $3 item counts, $4-$11 the turn records (as
+    # ``append``'s $5-$12), $12 the lives (as its $13), in the group's order (session
+    # ids in order, one session's batches in theirs); $13 every batch's items, batch after
+    # batch, and $14 the batch of each (1-based, an index of $1). A batch id already stored,
+    # or repeated in the group (then the first applies), applies nothing. Per session,
+    # the counters grow by the sum of its applied batches (ON CONFLICT can update a row
+    # once a statement) and its batches get contiguous keys in their order: ``base``, the
+    # first key of each, counts back from the new ``next_seq``. Session rows are locked in
+    # session-id order (COLLATE "C": the order of every other lock). A life that does not
+    # match raises, as in ``append``, for a batch with items only (the condition may be
+    # checked on ``p``, before the join): the whole group is rolled back and applied again
+    # entry by entry.
+    append_group: str = f"""
+    WITH g AS (
+        SELECT u.session_id COLLATE "C" AS session_id, u.batch_id COLLATE "C" AS batch_id,
+               u.n, u.turn, u.run_id, u.at, u.requests, u.input_tokens, u.output_tokens, u.cached_tokens,
+               u.reasoning_tokens, u.life, u.k,
+               (sum(u.n) OVER (ORDER BY u.k) - u.n)::bigint AS start
+        FROM unnest($1::text[], $2::text[], $3::bigint[], $4::boolean[], $5::text[],
+                    $6::timestamptz[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[],
+                    $11::bigint[], $12::text[])
+             WITH ORDINALITY AS u(session_id, batch_id, n, turn, run_id, at, requests,
+                                  input_tokens, output_tokens, cached_tokens,
+                                  reasoning_tokens, life, k)
+    ), b AS (
+        INSERT INTO {{batches}} (session_id, batch_id, committed_at)
+        SELECT session_id, batch_id, now() FROM g ORDER BY k
+        ON CONFLICT DO NOTHING
+        RETURNING session_id, batch_id
+    ), a AS (
+        SELECT DISTINCT ON (g.session_id, g.batch_id) g.*
+        FROM g WHERE (g.session_id, g.batch_id) IN (SELECT session_id, batch_id FROM b)
+        ORDER BY g.session_id, g.batch_id, g.k
+    ), s AS (
+        INSERT INTO {{sessions}} AS t (session_id, created_at, updated_at, item_count, next_seq,
+                                       version, turn_count, turn_items)
+        SELECT session_id, now(), now(), sum(n)::bigint, sum(n)::bigint + 1, count(*),
+               sum{_GROUP_TC}::bigint, sum{_GROUP_TI}::bigint
+        FROM a GROUP BY session_id ORDER BY session_id
+        ON CONFLICT (session_id) DO UPDATE SET
+            updated_at = GREATEST(t.updated_at, excluded.updated_at),
+            item_count = t.item_count + excluded.item_count,
+            turn_count = t.turn_count + excluded.turn_count,
+            turn_items = t.turn_items + excluded.turn_items,
+            next_seq = t.next_seq + excluded.item_count,
+            version = t.version + excluded.version
+        RETURNING t.session_id, t.next_seq, t.incarnation
+    ), p AS (
+        SELECT a.*, s.incarnation AS stored,
+               (s.next_seq - sum(a.n) OVER (PARTITION BY a.session_id ORDER BY a.k DESC))::bigint
+                   AS base
+        FROM a JOIN s ON s.session_id = a.session_id
+    ), {_turn_insert("p", "p.session_id", "p.n", "p.turn", _GROUP_TURN_FIELDS)}
+    INSERT INTO {{items}} (session_id, seq, batch_id, data)
+    SELECT p.session_id, p.base + u.pos - p.start - 1, p.batch_id, u.data
+    FROM unnest($13::text[], $14::bigint[]) WITH ORDINALITY AS u(data, k, pos)
+    JOIN p ON p.k = u.k
+    WHERE CASE WHEN p.n = 0 OR p.stored IS NOT DISTINCT FROM coalesce(p.life, p.stored)
+               THEN true ELSE {{deleted}}(p.session_id) IS NULL END
     """
 
     # The general commit, statement 1 of 2+: make sure the session row exists and lock it;

@@ -12,14 +12,18 @@ one value per transaction (SQLite: the group's clock reading; PostgreSQL: ``now(
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 
 import pytest
 
-from sessions import Store
-from sessions.errors import CommitError
+from sessions import Batch, Store
+from sessions._model.backend import TurnRecord, TurnUsage
+from sessions.errors import CommitError, SessionDeletedError
 from tests.conftest import Target
 from tests.contract.proxy import install_proxy
 from tests.helpers import msg
@@ -158,3 +162,157 @@ async def test_callers_cancelled_while_their_commits_wait_in_a_group_get_it_afte
             assert results[sid] is None, (sid, results[sid])
         assert await stored(target, sid) == [msg(sid), msg("second")], sid
         assert sessions[sid].pending.items == 0, sid  # known applied: nothing left staged
+
+
+def _batch(batch_id: str, texts: list[str], turn: TurnRecord | None = None) -> Batch:
+    return Batch(batch_id, False, (), tuple(json.dumps(msg(t)) for t in texts), turn=turn)
+
+
+async def _what_is_stored(store: Store[Any], target: Target, session_id: str) -> Any:
+    """Everything the commits wrote for one session: its rows, turn records, turn
+    window and counters (a record's time stays out if its batch gave none: ``now()``)."""
+    backend = store.backend
+    turns, keys = await backend.load_turns(session_id)
+    given = {record.created_at for record in _TURN_TIMES.values()}
+    records = [(row, row.created_at in given) for row in turns]
+    counters = await target.fetch_value(
+        "SELECT item_count || ',' || next_seq || ',' || version || ',' || turn_count || ','"
+        f" || turn_items FROM txs_sessions WHERE session_id = {target.param(1)}",
+        session_id,
+    )
+    window = await backend.load_turn_window(session_id, oldest=10)
+    return (
+        await backend.load(session_id, None),
+        [row if given_time else replace(row, created_at=None) for row, given_time in records],
+        keys,
+        None if window is None else (window.count, len(window.rows)),
+        counters,
+    )
+
+
+_TURN_TIMES = {
+    "t1": TurnRecord("run-1", datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)),
+    "t2": TurnRecord(None, None, TurnUsage(1, 2, 3, 4, 5)),
+    "t3": TurnRecord("run-3", datetime(2024, 5, 2, 8, 30, tzinfo=timezone.utc), TurnUsage(7)),
+}
+
+
+async def test_batches_of_one_session_in_one_group_apply_as_they_would_one_by_one(
+    store: Store[Any], target: Target
+) -> None:
+    """A group holding several batches of a new and of an existing session, a batch id
+    repeated in the group and one already stored, an empty batch: each session ends
+    exactly as the same batches applied one by one leave another (rows and their keys,
+    turn records, turn index, counters), and the group is one transaction."""
+    run = uuid.uuid4().hex[:8]
+    t1, t2, t3 = _TURN_TIMES["t1"], _TURN_TIMES["t2"], _TURN_TIMES["t3"]
+    # (session, batches) in arrival order; one session's entries keep it in the group.
+    # "new" sorts before "old": the new session's rows are locked first.
+    plan = [
+        ("new", [_batch("a1", ["a1.0", "a1.1"], t1), _batch("a2", ["a2.0", "a2.1", "a2.2"])]),
+        ("old", [_batch("stored", ["again"], t1), _batch("b2", ["b2.0", "b2.1"], t2)]),
+        ("new", [_batch("a1", ["dup"], t3), _batch("c3", ["c3.0"], t3), _batch("a2", ["dup"])]),
+        ("old", [_batch("b3", [], t2), _batch("b4", ["b4.0"], t1), _batch("b4", ["dup"], t1)]),
+    ]
+    early = [f"g-{run}-early-{i}" for i in range(EARLY)]
+    proxy = install_proxy(store)
+    for name in ("old", "ref-old"):
+        await proxy.apply(f"g-{run}-{name}", [_batch("stored", ["s.0", "s.1"], t2)])
+    others = [store.session(s) for s in early]
+    for other in others:
+        await other.add_items([msg("x")])
+    calls = len(early) + 2 + len(plan)
+    async with target.writes_held():
+        tasks = [asyncio.ensure_future(s.commit()) for s in others]
+        tasks += [asyncio.ensure_future(proxy.apply(f"g-{run}-{n}", b)) for n, b in plan]
+        await until(lambda: proxy.apply_calls == calls, "every commit reached the backend")
+    assert await asyncio.gather(*tasks) == [None] * len(tasks)
+    postgres = getattr(store.backend, "group_stats", None)
+    if postgres is not None:  # applied by the group's statement, not entry by entry
+        assert postgres.isolated == 0 and postgres.largest >= len(plan), postgres
+    for name, batches in plan:  # the reference: the same batches, one at a time
+        for batch in batches:
+            await proxy.apply(f"g-{run}-ref-{name}", [batch])
+    for name in ("new", "old"):
+        grouped = await _what_is_stored(store, target, f"g-{run}-{name}")
+        assert grouped == await _what_is_stored(store, target, f"g-{run}-ref-{name}"), name
+    rows = await proxy.load(f"g-{run}-new", None)
+    assert [json.loads(text)["content"] for _, text in rows] == [
+        "a1.0", "a1.1", "a2.0", "a2.1", "a2.2", "c3.0"
+    ]  # fmt: skip
+    assert [key for key, _ in rows] == list(range(rows[0][0], rows[0][0] + 6))
+    _, version, life = await proxy.load_versioned(f"g-{run}-new", None)
+    assert version == 3 and life is not None  # one version per applied batch
+    created_now = await target.fetch_value(
+        "SELECT count(*) FROM txs_sessions WHERE created_at = updated_at"
+        f" AND session_id = {target.param(1)}",
+        f"g-{run}-new",
+    )
+    assert created_now == 1  # made by the group's transaction
+    rows = await proxy.load(f"g-{run}-old", None)
+    assert [json.loads(text)["content"] for _, text in rows] == [
+        "s.0", "s.1", "b2.0", "b2.1", "b4.0"
+    ]  # fmt: skip
+    _, version, _ = await proxy.load_versioned(f"g-{run}-old", None)
+    assert version == 4  # stored, b2, b3 (empty), b4
+    p1, p2 = target.param(1), target.param(2)
+    shared = await target.fetch_value(  # the group's batches, "stored" left out
+        "SELECT count(DISTINCT committed_at) FROM txs_batches"
+        f" WHERE session_id IN ({p1}, {p2}) AND batch_id <> 'stored'",
+        f"g-{run}-new",
+        f"g-{run}-old",
+    )
+    assert shared == 1
+
+
+async def test_a_session_deleted_under_a_group_is_refused_alone(
+    store: Store[Any], target: Target
+) -> None:
+    """Commits sharing a group, one of a session another store deleted after it was
+    read: that one is refused, the others (a new session, an existing one with two
+    batches) are stored together."""
+    run = uuid.uuid4().hex[:8]
+    early = [f"g-{run}-early-{i}" for i in range(EARLY)]
+    gone, kept, fresh = f"g-{run}-gone", f"g-{run}-kept", f"g-{run}-fresh"
+    proxy = install_proxy(store)
+    objects = {sid: store.session(sid) for sid in (gone, kept)}
+    for session in objects.values():
+        await session.add_items([msg("a")])
+        await session.commit()
+        await session.get_items()
+    other = await target.open()
+    assert await other.delete_session(gone)
+    for session in objects.values():
+        await session.add_items([msg("b")])
+    writers = [store.session(s) for s in early]
+    for writer in writers:
+        await writer.add_items([msg("x")])
+    proxy.apply_calls = 0
+    async with target.writes_held():
+        tasks = [asyncio.ensure_future(s.commit()) for s in writers]
+        refused = asyncio.ensure_future(objects[gone].commit())
+        tasks += [
+            asyncio.ensure_future(objects[kept].commit()),
+            asyncio.ensure_future(proxy.apply(fresh, [_batch("f1", ["f"]), _batch("f2", ["g"])])),
+        ]
+        await until(lambda: proxy.apply_calls == len(tasks) + 1, "every commit reached the backend")
+    with pytest.raises(SessionDeletedError):
+        await refused
+    assert await asyncio.gather(*tasks) == [None] * len(tasks)
+    assert await stored(target, gone) == []
+    assert await other.session_info(gone) is None
+    assert await stored(target, kept) == [msg("a"), msg("b")]
+    assert await stored(target, fresh) == [msg("f"), msg("g")]
+    p1, p2 = target.param(1), target.param(2)
+    shared = await target.fetch_value(  # the group's batches: not kept's first commit
+        "SELECT count(*) || ',' || count(DISTINCT committed_at) FROM txs_batches WHERE"
+        f" session_id IN ({p1}, {p2}) AND committed_at >= (SELECT min(committed_at)"
+        f" FROM txs_batches WHERE session_id = {p2})",
+        kept,
+        fresh,
+    )
+    assert shared == "3,1"  # kept's second commit, f1 and f2: one transaction
+    postgres = getattr(store.backend, "group_stats", None)
+    if postgres is not None:  # the group failed whole and was applied entry by entry
+        assert postgres.isolated == 1, postgres
+    await objects[gone].rollback()

@@ -206,9 +206,8 @@ async def test_groups_through_pgbouncer_in_transaction_pooling_mode(
     pgbouncer_dsn: str,  # noqa: F811 - the fixture of tests/postgres/test_postgres.py
     fresh_schema: str,  # noqa: F811
 ) -> None:
-    """A group is one implicit transaction of pipelined statements: PgBouncer (transaction
-    mode, 2 server connections) must keep it on one server connection, also with
-    unnamed statements (``statement_cache_size=0``)."""
+    """Groups through PgBouncer (transaction mode, 2 server connections): the group
+    statement (one per group) also as an unnamed statement (``statement_cache_size=0``)."""
     store = await bouncer_store(pgbouncer_dsn, fresh_schema)
     try:
 
