@@ -13,8 +13,9 @@ and :func:`index_mismatches` names each that is not; the repair writes what
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 __all__ = [
     "IndexMismatch",
@@ -22,6 +23,7 @@ __all__ = [
     "TurnIndexBackend",
     "TurnIndexFacts",
     "TurnIndexRecord",
+    "facts_of_rows",
     "index_mismatches",
     "turn_index_of",
 ]
@@ -54,6 +56,21 @@ class TurnIndexFacts:
     """The session row's stored ``turn_items``."""
     records: tuple[TurnIndexRecord, ...]
     """Every turn record of the session, hidden ones included, in ``first_key`` order."""
+
+
+def facts_of_rows(rows: Sequence[Sequence[Any]]) -> TurnIndexFacts | None:
+    """The facts from the rows of a backend's one index statement (``None``: no row, no
+    session): per row the session's ``turn_count`` and ``turn_items``, then one record's
+    first and last key, whether it is hidden, its ``items``, and the visible and hidden
+    items its range holds (all NULL in a session's one row when it has no record)."""
+    if not rows:
+        return None
+    records = tuple(
+        TurnIndexRecord(int(r[2]), int(r[3]), bool(r[4]), int(r[5]), int(r[6]), int(r[7]))
+        for r in rows
+        if r[2] is not None
+    )
+    return TurnIndexFacts(int(rows[0][0]), int(rows[0][1]), records)
 
 
 @runtime_checkable

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._model.turnindex import TurnIndexFacts, TurnIndexRecord, turn_index_of
+from .._model.turnindex import TurnIndexFacts, facts_of_rows, turn_index_of
 from .connect import Connections
 from .faults import _Phase
 
@@ -31,22 +31,11 @@ _SET_RECORD = "UPDATE {turns} SET items = $3 WHERE session_id = $1 AND first_seq
 _SET_SESSION = "UPDATE {sessions} SET turn_count = $2, turn_items = $3 WHERE session_id = $1"
 
 
-def _facts(rows: list[Any]) -> TurnIndexFacts | None:
-    if not rows:
-        return None
-    records = tuple(
-        TurnIndexRecord(int(r[2]), int(r[3]), bool(r[4]), int(r[5]), int(r[6]), int(r[7]))
-        for r in rows
-        if r[2] is not None
-    )
-    return TurnIndexFacts(int(rows[0][0]), int(rows[0][1]), records)
-
-
 class IndexPart(Connections):
     """``load_turn_index`` and ``repair_turn_index``."""
 
     async def load_turn_index(self, session_id: str) -> TurnIndexFacts | None:
-        return _facts(await self._fetch("read", self._names.sql(_FACTS), session_id))
+        return facts_of_rows(await self._fetch("read", self._names.sql(_FACTS), session_id))
 
     async def repair_turn_index(self, session_id: str) -> TurnIndexFacts | None:
         names = self._names
@@ -56,7 +45,7 @@ class IndexPart(Connections):
             if await conn.fetchval(names.sql(_LOCK), session_id) is None:
                 await conn.execute("ROLLBACK")
                 return None
-            facts = _facts(await conn.fetch(names.sql(_FACTS), session_id))
+            facts = facts_of_rows(await conn.fetch(names.sql(_FACTS), session_id))
             assert facts is not None  # the row is locked
             want = turn_index_of(facts)
             changed = [

@@ -143,6 +143,18 @@ def _turn_adds(*, count: int, first: int) -> tuple[str, str]:
     return _turns_added(f"${count}::bigint", f"${first}::boolean")
 
 
+#: How the append statements add what they insert (``excluded``: the new row they would
+#: have made: its counts, and ``version`` the batches applied) to a session row that
+#: exists. ``updated_at`` never moves back: ``now()`` is when the transaction started,
+#: and a commit that started earlier may get the row later.
+_ADD_TO_SESSION = """ON CONFLICT (session_id) DO UPDATE SET
+            updated_at = GREATEST(t.updated_at, excluded.updated_at),
+            item_count = t.item_count + excluded.item_count,
+            turn_count = t.turn_count + excluded.turn_count,
+            turn_items = t.turn_items + excluded.turn_items,
+            next_seq = t.next_seq + excluded.item_count,
+            version = t.version + excluded.version"""
+
 _APPEND_TC, _APPEND_TI = _turn_adds(count=4, first=5)
 _BATCH_TC, _BATCH_TI = _turn_adds(count=6, first=7)
 _GROUP_TC, _GROUP_TI = _turns_added("n", "turn")
@@ -205,13 +217,7 @@ class Statements:
         INSERT INTO {{sessions}} AS t (session_id, created_at, updated_at, item_count, next_seq,
                                        version, turn_count, turn_items)
         SELECT $1, now(), now(), $4::bigint, $4::bigint + 1, 1, {_APPEND_TC}, {_APPEND_TI} FROM b
-        ON CONFLICT (session_id) DO UPDATE SET
-            updated_at = GREATEST(t.updated_at, excluded.updated_at),
-            item_count = t.item_count + excluded.item_count,
-            turn_count = t.turn_count + excluded.turn_count,
-            turn_items = t.turn_items + excluded.turn_items,
-            next_seq = t.next_seq + excluded.item_count,
-            version = t.version + 1
+        {_ADD_TO_SESSION}
         RETURNING t.next_seq - $4::bigint AS base, t.incarnation AS life
     ), {_record_turn(count=4, first=5)}
     INSERT INTO {{items}} (session_id, seq, batch_id, data)
@@ -262,13 +268,7 @@ class Statements:
         SELECT session_id, now(), now(), sum(n)::bigint, sum(n)::bigint + 1, count(*),
                sum{_GROUP_TC}::bigint, sum{_GROUP_TI}::bigint
         FROM a GROUP BY session_id ORDER BY session_id
-        ON CONFLICT (session_id) DO UPDATE SET
-            updated_at = GREATEST(t.updated_at, excluded.updated_at),
-            item_count = t.item_count + excluded.item_count,
-            turn_count = t.turn_count + excluded.turn_count,
-            turn_items = t.turn_items + excluded.turn_items,
-            next_seq = t.next_seq + excluded.item_count,
-            version = t.version + excluded.version
+        {_ADD_TO_SESSION}
         RETURNING t.session_id, t.next_seq, t.incarnation
     ), p AS (
         SELECT a.*, s.incarnation AS stored,

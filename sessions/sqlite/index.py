@@ -5,30 +5,16 @@ the facts read in one statement, the counts the core derives from them
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
-from typing import Any
 
-from .._model.turnindex import TurnIndexFacts, TurnIndexRecord, turn_index_of
+from .._model.turnindex import TurnIndexFacts, facts_of_rows, turn_index_of
 from .connection import writing
 from .sql import SQL_INDEX_FACTS, SQL_INDEX_SET_RECORD, SQL_INDEX_SET_SESSION
 
-__all__ = ["index_facts", "read_turn_index", "write_turn_index"]
-
-
-def index_facts(rows: Sequence[Sequence[Any]]) -> TurnIndexFacts | None:
-    """The facts of the rows of the index statement (``None``: no row, no session)."""
-    if not rows:
-        return None
-    records = tuple(
-        TurnIndexRecord(int(r[2]), int(r[3]), bool(r[4]), int(r[5]), int(r[6]), int(r[7]))
-        for r in rows
-        if r[2] is not None
-    )
-    return TurnIndexFacts(int(rows[0][0]), int(rows[0][1]), records)
+__all__ = ["read_turn_index", "write_turn_index"]
 
 
 def read_turn_index(conn: sqlite3.Connection, session_id: str) -> TurnIndexFacts | None:
-    return index_facts(conn.execute(SQL_INDEX_FACTS, (session_id,)).fetchall())
+    return facts_of_rows(conn.execute(SQL_INDEX_FACTS, (session_id,)).fetchall())
 
 
 def write_turn_index(conn: sqlite3.Connection, session_id: str) -> TurnIndexFacts | None:
