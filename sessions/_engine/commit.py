@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._model.backend import Backend, Batch
 from .._model.policy import BULK_NAMESPACES, DEFAULT_COMMIT_TIMEOUT, RetryPolicy
@@ -46,11 +46,14 @@ __all__ = [
     "apply_batches",
     "derived_batch_id",
     "interrupted_error",
+    "read_for_commit",
     "retry_advice",
     "write_batches",
 ]
 
 logger = logging.getLogger("sessions")
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)  # not frozen: built on every commit, plain assignments are cheaper
@@ -191,6 +194,31 @@ async def _retried(
             await asyncio.sleep(delay)
     assert last is not None
     return await _give_up(backend, session_id, batches, policy.attempts, known, last)
+
+
+async def read_for_commit(
+    policy: RetryPolicy, session_id: str, what: str, read: Callable[[], Awaitable[T]]
+) -> T:
+    """``read()``, a read a commit makes before it writes (the history its batches are
+    judged against), with ``policy``'s attempts as the writes get: a read changes
+    nothing, so a :class:`~sessions.errors.TransientStorageError` (a pooled connection
+    found dead, a server restarting) is tried again, and only the last one is raised."""
+    for attempt in range(1, policy.attempts):
+        try:
+            return await read()
+        except TransientStorageError as exc:
+            delay = policy.delay(attempt)
+            logger.info(
+                "session %r: commit's read of %s, attempt %d/%d failed (%s); retrying in %.3fs",
+                session_id,
+                what,
+                attempt,
+                policy.attempts,
+                exc,
+                delay,
+            )
+            await asyncio.sleep(delay)
+    return await read()
 
 
 def _rolled_back(session_id: str, exc: StorageError, attempt: int) -> CommitError:

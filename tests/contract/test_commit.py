@@ -122,6 +122,44 @@ async def test_retry_after_an_attempt_that_reached_the_database_does_not_duplica
     assert await stored(target, sid) == [msg("1"), msg("2")]
 
 
+@pytest.mark.parametrize(("attempts", "failures"), [(3, 2), (2, 2)])
+async def test_a_transient_failure_of_the_read_a_commit_is_judged_against_is_retried(
+    target: Target, sid: str, attempts: int, failures: int
+) -> None:
+    """A commit that pops reads the stored history to judge its batch first. That read
+    gets the commit's attempts too (a pooled connection found dead after the server
+    dropped it, say): ``failures`` transient failures in a row within ``attempts``
+    attempts and the commit applies; as many as the attempts and it fails before
+    sending anything (outcome known, the changes still staged), then applies once."""
+    store = await target.open(retry=RetryPolicy(attempts=attempts, initial_delay=0.001))
+    try:
+        await committed(store, sid, "a", "b")
+        session = store.session(sid)
+        await session.pop_item()  # read before the hook: the pop is staged
+        proxy = install_proxy(store)
+        left = failures
+
+        async def lost() -> None:
+            nonlocal left
+            if left:
+                left -= 1
+                raise TransientStorageError("connection lost", outcome_known=True)
+
+        proxy.before_load = lost
+        if failures < attempts:
+            await session.commit()
+        else:
+            with pytest.raises(CommitError, match="the history it is checked against") as info:
+                await session.commit()
+            assert info.value.outcome_known is True and session.has_pending
+            assert proxy.apply_calls == 0
+            await session.commit()  # the read answers now
+        assert left == 0 and proxy.apply_calls == 1 and not session.has_pending
+        assert await stored(target, sid) == [msg("a")]
+    finally:
+        await store.close()
+
+
 @pytest.mark.parametrize(
     "case", ["known", "unknown, resolved: not applied", "unknown, resolved: applied", "unknown"]
 )

@@ -11,11 +11,11 @@ from typing import Any
 
 from ..._model.backend import AdminBackend, Backend, Batch, CatalogueBackend, Row, TurnBackend
 from ..._model.history import first_valid_start
-from ..._model.policy import Integrity
+from ..._model.policy import Integrity, RetryPolicy
 from ..._model.serde import decode_item, decode_rows
 from ..._model.turns import Turn, build_turns, pending_turn, window_turns
 from ...errors import CommitError, SessionError, StorageError
-from ..commit import apply_batches, interrupted_error
+from ..commit import apply_batches, interrupted_error, read_for_commit
 from ..integrity import clean, judge, tail_after
 from ..observe import HOOK, observed_load, observed_load_versioned, report_lock_wait
 from .core import SessionCore
@@ -185,7 +185,7 @@ class SessionPlumbing(SessionCore):
         known = self._known_tail()
         self._known = None
         if integrity != "off" and not clean(batches):
-            batches = await self._judged(backend, batches, integrity, known, doubtful)
+            batches = await self._judged(store.retry, backend, batches, integrity, known, doubtful)
         try:
             outcome = await apply_batches(store, self.session_id, batches)
         except BaseException as exc:  # in flight when it happened: outcome unknown
@@ -210,6 +210,7 @@ class SessionPlumbing(SessionCore):
 
     async def _judged(
         self,
+        policy: RetryPolicy,
         backend: Backend,
         batches: list[Batch],
         integrity: Integrity,
@@ -217,9 +218,16 @@ class SessionPlumbing(SessionCore):
         doubtful: list[str],
     ) -> list[Batch]:
         """The sealed ``batches`` as the history rules let them go
-        (:func:`~sessions._engine.integrity.judge`); if judging fails, nothing was sent."""
+        (:func:`~sessions._engine.integrity.judge`; its reads tried again as the commit's
+        writes are, :func:`~sessions._engine.commit.read_for_commit`); if judging fails,
+        nothing was sent."""
         try:
-            return await judge(backend, self.session_id, batches, integrity, known)
+            return await read_for_commit(
+                policy,
+                self.session_id,
+                "the history it is checked against",
+                lambda: judge(backend, self.session_id, batches, integrity, known),
+            )
         except BaseException as exc:
             self._staging.failed(known=True, unknown=doubtful)  # nothing was sent
             if isinstance(exc, StorageError):
