@@ -37,7 +37,7 @@ from .faults import _Phase
 from .group import GroupPart
 from .index import IndexPart
 from .schema import SchemaPart
-from .sql import _turn_args
+from .sql import TURN_WALK_MAX, _turn_args
 
 __all__ = ["PostgresBackend"]
 
@@ -207,10 +207,13 @@ class PostgresBackend(GroupPart, AdminPart, IndexPart, SchemaPart):
     async def load_turn_window(
         self, session_id: str, *, oldest: int | None = None, newest: int | None = None
     ) -> TurnWindow | None:
-        if newest is not None:
-            rows = await self._fetch("read", self._sql.turns_newest, session_id, newest)
+        wanted = oldest if newest is None else newest
+        sql = self._sql
+        if wanted is not None and wanted <= TURN_WALK_MAX:
+            statement = sql.turns_oldest_walk if newest is None else sql.turns_newest_walk
         else:
-            rows = await self._fetch("read", self._sql.turns_oldest, session_id, oldest)
+            statement = sql.turns_oldest if newest is None else sql.turns_newest
+        rows = await self._fetch("read", statement, session_id, wanted)
         item_count, turn_count, turn_items, records = rows[0]
         if item_count is None:
             return TurnWindow(0, ())  # no session row

@@ -174,13 +174,6 @@ MIGRATIONS: tuple[tuple[int, tuple[str, ...]], ...] = (
     (
         8,
         (
-            # The records that read as turns (visible, holding items), in order: the
-            # oldest or newest of a session (load_turn_window) are the first rows of this
-            # index, whatever the table's statistics say. Through the primary key, stale
-            # ones (a table analyzed while empty, or one session grown far past the
-            # others since) make the planner scan and sort every record of the session.
-            'CREATE INDEX IF NOT EXISTS "{prefix}turns_visible" ON {turns} (session_id, first_seq)'
-            " WHERE hidden_by IS NULL AND items > 0",
             # A fork's commit reads the record of the session it makes, and a deletion
             # removes it, by the fork's own id (the key starts with its source's id).
             'CREATE INDEX IF NOT EXISTS "{prefix}branches_session" ON {branches} (session_id)',

@@ -1,11 +1,12 @@
 """The turn index's reads on PostgreSQL plan the same whatever the statistics say.
 
-``load_turn_window`` reads the oldest or newest turn records of a session. Through the
-primary key, a turn table analyzed while empty (or one session grown far past the others
-since the last analyze) made the planner scan every record of the session and sort them
-(about 12 ms at 5,000 turns, against 0.2 ms). Migration 8's index holds exactly the
-records that read as turns, in order, so the window is its first rows. These tests put
-the statistics in that state on purpose and read the plan the server chooses.
+``load_turn_window`` reads the oldest or newest turn records of a session. Asked for the
+first rows of one scan with hidden and emptied records filtered out, the planner trusts
+its estimates: with the statistics of a turn table analyzed while empty (or taken before
+one session grew far past the others) it expects a handful of rows and scans and sorts
+every record of the session. A window of at most ``TURN_WALK_MAX`` records is therefore
+walked along the primary key, one probe per record. These tests put the statistics in
+that state on purpose, read the plan the server chooses, and check the answers.
 """
 
 from __future__ import annotations
@@ -87,11 +88,11 @@ async def _plan(conn: Any, statement: str, *args: Any) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("cache_mode", ["force_custom_plan", "force_generic_plan"])
 @pytest.mark.parametrize("end", ["newest", "oldest"])
-async def test_turn_window_reads_the_visible_index_without_a_sort_when_statistics_are_stale(
+async def test_a_turn_window_walks_the_primary_key_when_statistics_are_stale(
     grown: tuple[PostgresStore, str], end: str, cache_mode: str
 ) -> None:
     store, _ = grown
-    statement = getattr(store.postgres._sql, f"turns_{end}")
+    statement = getattr(store.postgres._sql, f"turns_{end}_walk")
     async with store.pool.acquire() as conn:
         await conn.execute(f"SET plan_cache_mode = {cache_mode}")
         try:
@@ -99,17 +100,31 @@ async def test_turn_window_reads_the_visible_index_without_a_sort_when_statistic
         finally:
             await conn.execute("RESET plan_cache_mode")
     kinds = [node["Node Type"] for node in nodes]
-    indexes = [node.get("Index Name", "") for node in nodes]
-    assert "Sort" not in kinds, kinds
-    assert not any(
-        node["Node Type"] == "Bitmap Heap Scan" and node.get("Relation Name") == "txs_turns"
-        for node in nodes
-    ), kinds
-    assert "txs_turns_visible" in indexes, indexes
-    # And the read returns the right turns: the five newest (or oldest) of the session.
+    turns = [node for node in nodes if node.get("Relation Name") == "txs_turns"]
+    assert "Recursive Union" in kinds, kinds
+    assert turns and all(
+        node["Node Type"] == "Index Scan" and node["Index Name"] == "txs_turns_pkey"
+        for node in turns
+    ), [(node["Node Type"], node.get("Index Name")) for node in turns]
+
+
+async def test_windows_walked_and_scanned_read_the_same_turns_of_a_long_session(
+    grown: tuple[PostgresStore, str],
+) -> None:
+    from sessions.postgres.sql import TURN_WALK_MAX
+
+    store, _ = grown
     session = store.session("long")
-    turns = await session.turns()
-    assert len(turns) == TURNS
-    window = await session.get_items(turns=5)
-    expected = [f"t{n}" for n in range(TURNS - 5, TURNS)]
-    assert [item["content"] for item in window] == expected
+    assert len(await session.turns()) == TURNS
+    assert [item["content"] for item in await session.get_items(turns=5)] == [
+        f"t{n}" for n in range(TURNS - 5, TURNS)
+    ]
+    for last in (1, TURN_WALK_MAX, TURN_WALK_MAX + 1, 500):  # walked, then one scan
+        window = await session.turns(last=last)
+        assert [t.number for t in window] == list(range(TURNS - last + 1, TURNS + 1))
+        assert [t.first_key for t in window] == list(range(TURNS - last + 1, TURNS + 1))
+    backend = store.postgres
+    for oldest in (3, TURN_WALK_MAX + 1):
+        found = await backend.load_turn_window("long", oldest=oldest)
+        assert found is not None and found.count == TURNS
+        assert [row.first_key for row in found.rows] == list(range(1, oldest + 1))
