@@ -37,7 +37,8 @@ from .faults import _Phase
 from .group import GroupPart
 from .index import IndexPart
 from .schema import SchemaPart
-from .sql import TURN_WALK_MAX, _turn_args
+from .sql import _turn_args
+from .windows import TURN_WALK_MAX
 
 __all__ = ["PostgresBackend"]
 

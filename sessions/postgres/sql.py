@@ -16,6 +16,7 @@ from .._model.backend import Batch
 from .._model.catalogue import MAX_TTL
 from .._model.validate import validate_identifier
 from .migrations import MIGRATIONS, SCHEMA_VERSION
+from .windows import turn_window
 
 __all__ = [
     "MIGRATIONS",
@@ -167,63 +168,6 @@ _GROUP_TURN_FIELDS = [
     "p.cached_tokens",
     "p.reasoning_tokens",
 ]
-
-
-#: The most records :meth:`~sessions.postgres.PostgresBackend.load_turn_window` reads
-#: with the walk (``turns_newest_walk``): one index probe each. More (or all) take one
-#: scan of the session's records (``turns_newest``), which pays for itself then.
-TURN_WALK_MAX = 64
-
-
-def _turn_window(order: str, *, walk: bool) -> str:
-    """The statement of :meth:`~sessions.postgres.PostgresBackend.load_turn_window`,
-    reading the records from the oldest (``order`` ``""``) or the newest (``"DESC"``),
-    each with its first and last stored key.
-
-    ``walk``: one record at a time along the primary key, from that end, skipping hidden
-    and emptied records, until ``$2`` are found: a probe per record read, whatever the
-    table's statistics say. (Asked for the first rows of one scan with those records
-    filtered out, the planner trusts its estimates: with statistics of a table analyzed
-    while empty, or taken before one session grew far past the others, it expects a
-    handful of rows and scans and sorts every record of the session; 20,000 turns in
-    ``tests/postgres/test_turn_plan.py``.) Otherwise one scan of the session's records.
-    """
-    # A record's own first or last key while it holds every item of its range, else
-    # one index probe.
-    probe = (
-        "CASE WHEN w.items = w.last_seq - w.first_seq + 1 THEN w.{end}_seq ELSE ("
-        "SELECT i.seq FROM {{items}} AS i WHERE i.session_id = $1"
-        " AND i.seq BETWEEN w.first_seq AND w.last_seq ORDER BY i.seq {order} LIMIT 1) END"
-    )
-    if walk:
-        step = "<" if order else ">"
-        records = f"""
-            WITH RECURSIVE walk AS (
-                (SELECT * FROM {{turns}} WHERE session_id = $1 ORDER BY first_seq {order} LIMIT 1)
-                UNION ALL
-                SELECT n.* FROM walk CROSS JOIN LATERAL (
-                    SELECT * FROM {{turns}} AS t
-                    WHERE t.session_id = $1 AND t.first_seq {step} walk.first_seq
-                    ORDER BY t.first_seq {order} LIMIT 1
-                ) AS n
-            )
-            SELECT * FROM walk WHERE hidden_by IS NULL AND items > 0 LIMIT $2"""
-    else:
-        records = f"""
-            SELECT * FROM {{turns}} WHERE session_id = $1 AND hidden_by IS NULL AND items > 0
-            ORDER BY first_seq {order} LIMIT $2"""
-    return f"""
-    SELECT v.item_count, v.turn_count, v.turn_items, array(
-        SELECT row(w.first_seq, w.last_seq, w.created_at, w.run_id, w.requests, w.input_tokens,
-                   w.output_tokens, w.cached_tokens, w.reasoning_tokens, w.items,
-                   {probe.format(end="first", order="ASC")},
-                   {probe.format(end="last", order="DESC")})
-        FROM ({records}
-        ) AS w
-        ORDER BY w.first_seq {order}
-    )
-    FROM (SELECT 1) AS one LEFT JOIN {{sessions}} AS v ON v.session_id = $1
-    """
 
 
 @dataclass(frozen=True)
@@ -465,11 +409,11 @@ class Statements:
     # The turn index of one session (TurnBackend.load_turn_window), one snapshot: its
     # counts (NULLs: no session row), then the oldest or newest $2 visible records
     # holding items (NULL: all), each with its first and last stored key.
-    turns_oldest: str = _turn_window("", walk=False)
-    turns_newest: str = _turn_window("DESC", walk=False)
+    turns_oldest: str = turn_window("", walk=False)
+    turns_newest: str = turn_window("DESC", walk=False)
     # The same for at most TURN_WALK_MAX records: walked, one probe each.
-    turns_oldest_walk: str = _turn_window("", walk=True)
-    turns_newest_walk: str = _turn_window("DESC", walk=True)
+    turns_oldest_walk: str = turn_window("", walk=True)
+    turns_newest_walk: str = turn_window("DESC", walk=True)
 
     branches_delete: str = "DELETE FROM {branches} WHERE source_id = ANY($1::text[])"
 

@@ -111,7 +111,7 @@ async def test_a_turn_window_walks_the_primary_key_when_statistics_are_stale(
 async def test_windows_walked_and_scanned_read_the_same_turns_of_a_long_session(
     grown: tuple[PostgresStore, str],
 ) -> None:
-    from sessions.postgres.sql import TURN_WALK_MAX
+    from sessions.postgres.windows import TURN_WALK_MAX
 
     store, _ = grown
     session = store.session("long")
