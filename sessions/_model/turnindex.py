@@ -23,8 +23,10 @@ __all__ = [
     "TurnIndexBackend",
     "TurnIndexFacts",
     "TurnIndexRecord",
+    "IndexRepair",
     "facts_of_rows",
     "index_mismatches",
+    "index_repair",
     "turn_index_of",
 ]
 
@@ -112,6 +114,31 @@ def turn_index_of(facts: TurnIndexFacts) -> TurnIndex:
     items = tuple(r.stored_hidden if r.hidden else r.stored for r in facts.records)
     visible = [n for record, n in zip(facts.records, items, strict=True) if not record.hidden]
     return TurnIndex(sum(1 for n in visible if n > 0), sum(visible), items)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRepair:
+    """What a repair of a session's turn index writes (:func:`index_repair`): only the
+    counts that differ from what its rows say."""
+
+    records: tuple[tuple[int, int], ...]
+    """``(first_key, items)`` of each record whose ``items`` is wrong."""
+    session: tuple[int, int] | None
+    """``(turn_count, turn_items)`` for the session row, ``None`` when both are right."""
+
+
+def index_repair(facts: TurnIndexFacts) -> IndexRepair:
+    """The writes that make ``facts``' stored counts what :func:`turn_index_of` says."""
+    want = turn_index_of(facts)
+    records = tuple(
+        (record.first_key, items)
+        for record, items in zip(facts.records, want.items, strict=True)
+        if record.items != items
+    )
+    session = (want.turn_count, want.turn_items)
+    return IndexRepair(
+        records, None if (facts.turn_count, facts.turn_items) == session else session
+    )
 
 
 @dataclass(frozen=True, slots=True)

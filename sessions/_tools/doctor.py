@@ -30,7 +30,7 @@ keep one (:class:`~sessions._model.turnindex.TurnIndexBackend`): the backend rea
 stored counts and what the rows say in one snapshot, and the core's rule
 (:func:`sessions._model.turnindex.index_mismatches`) names each count that disagrees. Its
 repair recomputes the counts in one transaction of the backend per session, from the rows
-as they are inside that transaction (:func:`sessions._model.turnindex.turn_index_of`): no item
+as they are inside that transaction (:func:`sessions._model.turnindex.index_repair`): no item
 moves, nothing is committed as a batch (the version and ``updated_at`` stay), and a rerun
 finds nothing left to recompute. It runs after the rows' repair, whose pops keep the
 counts as they were.

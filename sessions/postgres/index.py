@@ -1,13 +1,13 @@
 """The PostgreSQL backend's turn index as ``sessions doctor`` checks and repairs it
 (:class:`~sessions._model.turnindex.TurnIndexBackend`): the facts read in one statement,
-the counts the core derives from them (:func:`sessions._model.turnindex.turn_index_of`)
+the counts the core derives from them (:func:`sessions._model.turnindex.index_repair`)
 written in one transaction that holds the session row."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from .._model.turnindex import TurnIndexFacts, facts_of_rows, turn_index_of
+from .._model.turnindex import TurnIndexFacts, facts_of_rows, index_repair
 from .connect import Connections
 from .faults import _Phase
 
@@ -47,18 +47,14 @@ class IndexPart(Connections):
                 return None
             facts = facts_of_rows(await conn.fetch(names.sql(_FACTS), session_id))
             assert facts is not None  # the row is locked
-            want = turn_index_of(facts)
-            changed = [
-                (session_id, record.first_key, items)
-                for record, items in zip(facts.records, want.items, strict=True)
-                if record.items != items
-            ]
-            if changed:
-                await conn.executemany(names.sql(_SET_RECORD), changed)
-            if (facts.turn_count, facts.turn_items) != (want.turn_count, want.turn_items):
-                await conn.execute(
-                    names.sql(_SET_SESSION), session_id, want.turn_count, want.turn_items
+            repair = index_repair(facts)
+            if repair.records:
+                await conn.executemany(
+                    names.sql(_SET_RECORD),
+                    [(session_id, first_key, items) for first_key, items in repair.records],
                 )
+            if repair.session is not None:
+                await conn.execute(names.sql(_SET_SESSION), session_id, *repair.session)
             phase.commit_sent = True
             await conn.execute("COMMIT")
             return facts

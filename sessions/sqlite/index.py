@@ -1,12 +1,12 @@
 """The turn index as ``sessions doctor`` checks and repairs it (``TurnIndexBackend``):
 the facts read in one statement, the counts the core derives from them
-(:func:`sessions._model.turnindex.turn_index_of`) written in one write transaction."""
+(:func:`sessions._model.turnindex.index_repair`) written in one write transaction."""
 
 from __future__ import annotations
 
 import sqlite3
 
-from .._model.turnindex import TurnIndexFacts, facts_of_rows, turn_index_of
+from .._model.turnindex import TurnIndexFacts, facts_of_rows, index_repair
 from .connection import writing
 from .sql import SQL_INDEX_FACTS, SQL_INDEX_SET_RECORD, SQL_INDEX_SET_SESSION
 
@@ -24,15 +24,11 @@ def write_turn_index(conn: sqlite3.Connection, session_id: str) -> TurnIndexFact
         facts = read_turn_index(conn, session_id)
         if facts is None:
             return None
-        want = turn_index_of(facts)
+        repair = index_repair(facts)
         conn.executemany(
             SQL_INDEX_SET_RECORD,
-            [
-                (items, session_id, record.first_key)
-                for record, items in zip(facts.records, want.items, strict=True)
-                if record.items != items
-            ],
+            [(items, session_id, first_key) for first_key, items in repair.records],
         )
-        if (facts.turn_count, facts.turn_items) != (want.turn_count, want.turn_items):
-            conn.execute(SQL_INDEX_SET_SESSION, (want.turn_count, want.turn_items, session_id))
+        if repair.session is not None:
+            conn.execute(SQL_INDEX_SET_SESSION, (*repair.session, session_id))
     return facts
