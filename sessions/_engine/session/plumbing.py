@@ -104,6 +104,15 @@ class SessionPlumbing(SessionCore):
         clear, pops, staged = self._staging.view()
         return build_turns(records, keys, clear=clear, pops=pops, staged=len(staged))
 
+    async def _newest_turns(self, operation: str, count: int) -> tuple[list[Turn], int]:
+        """With the lock held: the last ``count`` turns and how many there are, from the
+        turn index (:meth:`_turn_tail`) when it can answer, else from every key."""
+        found = await self._turn_tail(operation, count)
+        if found is not None:
+            return found
+        every = await self._turn_list(operation)
+        return every[-count:], len(every)
+
     async def _turn_tail(self, operation: str, count: int | None) -> tuple[list[Turn], int] | None:
         """With the lock held: the last ``count`` turns (all when ``None``) as staging
         changes them, pending one included, and how many turns there are, from the turn

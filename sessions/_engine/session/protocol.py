@@ -106,12 +106,7 @@ class ProtocolPart(SessionPlumbing):
             return []
         async with self._lock:
             await self._settle("get_items")
-            found = await self._turn_tail("get_items", count)
-            if found is None:
-                every = await self._turn_list("get_items")
-                chosen, total = every[-count:], len(every)
-            else:
-                chosen, total = found
+            chosen, total = await self._newest_turns("get_items", count)
             _, pops, staged = self._staging.view()
             values: list[Any] = []
             span = span_of(chosen)

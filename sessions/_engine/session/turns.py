@@ -74,10 +74,7 @@ class TurnsPart(SessionPlumbing):
             await self._settle("turns")
             if count is None:
                 return await self._turn_list("turns")
-            found = await self._turn_tail("turns", count)
-            if found is None:  # staged pops or a clear, or an index that is not exact
-                return (await self._turn_list("turns"))[-count:]
-            return found[0]
+            return (await self._newest_turns("turns", count))[0]
 
     async def fork(self, new_session_id: str, *, at_turn: int | None = None) -> int:
         """Make ``new_session_id`` a new session holding this session's turns 1 to
