@@ -205,11 +205,13 @@ class Statements:
     # each of $1 session ids, $2 batch ids, $3 item counts, $4-$11 the turn records (as
     # ``append``'s $5-$12), $12 the lives (as its $13), in the group's order (session
     # ids in order, one session's batches in theirs); $13 every batch's items, batch after
-    # batch, and $14 the batch of each (1-based, an index of $1). A batch id already stored,
-    # or repeated in the group (then the first applies), applies nothing. Per session,
-    # the counters grow by the sum of its applied batches (ON CONFLICT can update a row
-    # once a statement) and its batches get contiguous keys in their order: ``base``, the
-    # first key of each, counts back from the new ``next_seq``. Session rows are locked in
+    # batch, in one text, joined by U+001E (which no JSON text holds unescaped): the
+    # batch of the item at position ``pos`` is the last whose first item's position
+    # (``start + 1``) is at most ``pos`` (``width_bucket``). A batch id already stored, or
+    # repeated in the group (then the first applies), applies nothing. Per session, the
+    # counters grow by the sum of its applied batches (ON CONFLICT can update a row once a
+    # statement) and its batches get contiguous keys in their order: ``base``, the first
+    # key of each, counts back from the new ``next_seq``. Session rows are locked in
     # session-id order (COLLATE "C": the order of every other lock). A life that does not
     # match raises, as in ``append``, for a batch with items only (the condition may be
     # checked on ``p``, before the join): the whole group is rolled back and applied again
@@ -251,8 +253,8 @@ class Statements:
     ), {_turn_insert("p", "p.session_id", "p.n", "p.turn", _GROUP_TURN_FIELDS)}
     INSERT INTO {{items}} (session_id, seq, batch_id, data)
     SELECT p.session_id, p.base + u.pos - p.start - 1, p.batch_id, u.data
-    FROM unnest($13::text[], $14::bigint[]) WITH ORDINALITY AS u(data, k, pos)
-    JOIN p ON p.k = u.k
+    FROM unnest(string_to_array($13::text, E'\\x1e')) WITH ORDINALITY AS u(data, pos)
+    JOIN p ON p.k = width_bucket(u.pos, (SELECT array_agg(start + 1 ORDER BY k) FROM g))
     WHERE CASE WHEN p.n = 0 OR p.stored IS NOT DISTINCT FROM coalesce(p.life, p.stored)
                THEN true ELSE {{deleted}}(p.session_id) IS NULL END
     """

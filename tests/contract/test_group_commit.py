@@ -118,6 +118,47 @@ async def test_commits_of_one_session_in_one_group_each_stay_whole_and_contiguou
     assert await transactions_of(target, [sid]) == 1
 
 
+# Texts a group must carry unchanged: control characters (U+001E, which separates the
+# items of a PostgreSQL group statement, among them), quotes, backslashes, text that
+# looks like JSON or SQL, characters beyond ASCII and beyond the BMP.
+_AWKWARD = ["a\x1eb", "\x1e", "\n\t\r\x00?", '"quoted" \\ back', '{"k": [1]}', "'; --", "é 🙂 日本"]
+
+
+async def test_awkward_texts_and_run_ids_in_a_group_are_stored_exactly(
+    store: Store[Any], target: Target
+) -> None:
+    """Commits sharing one group whose items hold control characters (the separator of
+    the PostgreSQL group statement's items among them), quotes, backslashes and
+    characters beyond ASCII, and whose run ids hold quotes and characters beyond ASCII:
+    each session reads back exactly its own items, in order, with its run id."""
+    run = uuid.uuid4().hex[:8]
+    early = [f"g-{run}-early-{i}" for i in range(EARLY)]
+    proxy = install_proxy(store)
+    owners = {f"g-{run}-awk-{i}-é\"'": text for i, text in enumerate(_AWKWARD)}
+    writers = {sid: store.session(sid) for sid in owners}
+    for sid, text in owners.items():
+        writers[sid].set_run_id(f'run "{text[-1:]}" 🙂')
+        await writers[sid].add_items([msg(text), {"role": "user", "content": [text, {"t": text}]}])
+    others = [store.session(s) for s in early]
+    for other in others:
+        await other.add_items([msg("x")])
+    async with target.writes_held():
+        tasks = [asyncio.ensure_future(s.commit()) for s in [*others, *writers.values()]]
+        await until(lambda: proxy.apply_calls == len(tasks), "every commit reached the backend")
+    await asyncio.gather(*tasks)
+    postgres = getattr(store.backend, "group_stats", None)
+    if postgres is not None:  # applied by the group's statement, not entry by entry
+        assert postgres.isolated == 0 and postgres.largest >= len(owners), postgres
+    for sid, text in owners.items():
+        assert await stored(target, sid) == [
+            msg(text),
+            {"role": "user", "content": [text, {"t": text}]},
+        ], sid
+        turns = await (await target.open()).session(sid).turns()
+        assert [turn.run_id for turn in turns] == [f'run "{text[-1:]}" 🙂'], sid
+    assert await transactions_of(target, list(owners)) == 1
+
+
 @pytest.mark.parametrize("count", [1, 2])
 async def test_commits_one_after_another_are_not_held_back(
     store: Store[Any], target: Target, count: int

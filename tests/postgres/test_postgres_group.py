@@ -274,3 +274,19 @@ async def test_a_hundred_sessions_committing_in_a_loop_never_leave_in_a_group_of
         assert 16 < stats.largest <= 50, stats
     finally:
         await store.close()
+
+
+def test_the_group_statement_refuses_an_item_text_holding_its_separator() -> None:
+    """The items of a group travel joined by U+001E, which no JSON text holds
+    unescaped. A text that holds it (not JSON: only a bug could send one) is refused
+    before anything is sent, rather than split into items nobody staged."""
+    from sessions.postgres.group import ITEM_SEPARATOR, _group_columns
+
+    good = (None,) * 8
+    columns = _group_columns(
+        [("s1", "b1", ['{"a": "\\u001e"}', "{}"], 2, *good, None), ("s2", "b2", [], 0, *good, "L")]
+    )
+    assert columns[:3] == [("s1", "s2"), ("b1", "b2"), (2, 0)]
+    assert columns[-1] == '{"a": "\\u001e"}' + ITEM_SEPARATOR + "{}"
+    with pytest.raises(RuntimeError, match="U\\+001E"):
+        _group_columns([("s1", "b1", ["{}" + ITEM_SEPARATOR + "{}"], 1, *good, None)])
