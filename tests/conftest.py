@@ -38,7 +38,9 @@ from tests.provision.postgres import (  # noqa: F401 - imported from here by man
 )
 from tests.skip_policy import (  # noqa: F401 - pytest hooks, registered by being here
     in_ci,
+    pytest_collectreport,
     pytest_make_collect_report,
+    pytest_runtest_logreport,
     pytest_runtest_makereport,
     pytest_terminal_summary,
 )

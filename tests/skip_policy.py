@@ -60,15 +60,18 @@ def allowed(reason: str) -> str | None:
     return next((prefix for prefix in ALLOWED if reason.startswith(prefix)), None)
 
 
-_allowed_seen: list[tuple[str, str]] = []
+#: The allowed skips of this run, node id -> reason: gathered where reports are logged
+#: (the process that prints the summary, whether tests ran in it or in ``pytest -n``
+#: workers), once per node id.
+_allowed_seen: dict[str, str] = {}
 
 
 def _enforce(report: pytest.CollectReport | pytest.TestReport) -> None:
+    """Fail a skip whose reason is not allowed (in the process that made the report)."""
     if not report.skipped or not in_ci():
         return
     reason = skip_reason(report)
     if allowed(reason) is not None:
-        _allowed_seen.append((report.nodeid, reason))
         return
     if hasattr(report, "wasxfail"):
         del report.wasxfail  # else reporters still show an xfail
@@ -92,9 +95,24 @@ def pytest_make_collect_report(collector: pytest.Collector) -> Generator[None, A
     _enforce(outcome.get_result())
 
 
+def _note(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if report.skipped and in_ci():
+        reason = skip_reason(report)
+        if allowed(reason) is not None:
+            _allowed_seen.setdefault(report.nodeid, reason)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _note(report)
+
+
+def pytest_collectreport(report: pytest.CollectReport) -> None:
+    _note(report)
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if not _allowed_seen:
         return
     terminalreporter.section("skips allowed under CI (tests/skip_policy.py)")
-    for nodeid, reason in _allowed_seen:
+    for nodeid, reason in _allowed_seen.items():
         terminalreporter.line(f"{nodeid}: {reason}")

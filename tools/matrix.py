@@ -463,6 +463,9 @@ def run_pytest(
         "no:cacheprovider",
         "-q",
         "-rfEs",
+        # Two processes, as the README's test command (pytest-xdist, in the test extra).
+        "-n",
+        "2",
         f"--junitxml={junit}",
         f"--basetemp={tmp / 'basetemp'}",
         *args,

@@ -53,7 +53,7 @@ def test_the_published_matrix_is_a_run_of_every_cell() -> None:
 
 
 def test_ci_runs_the_readme_test_command_verbatim() -> None:
-    commands = re.findall(r"^python3 -m venv .*pytest$", README, re.M)
+    commands = re.findall(r"^python3 -m venv .*pytest.*$", README, re.M)
     assert len(commands) == 1, commands
     ci = (ROOT / ".ci" / "run").read_text()
     assert commands[0] in ci.splitlines()

@@ -52,8 +52,11 @@ def test_never_collected():
 }
 
 
-def run_suite(tmp_path: Path, ci: str | None) -> tuple[dict[str, str], str]:
-    """Run SUITE with the policy loaded; (outcome per test or module, output)."""
+def run_suite(
+    tmp_path: Path, ci: str | None, extra: tuple[str, ...] = ()
+) -> tuple[dict[str, str], str]:
+    """Run SUITE with the policy loaded (``extra``: more pytest arguments); (outcome per
+    test or module, output)."""
     for name, text in SUITE.items():
         (tmp_path / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "PYTEST_ADDOPTS")}
@@ -75,6 +78,7 @@ def run_suite(tmp_path: Path, ci: str | None) -> tuple[dict[str, str], str]:
             "--continue-on-collection-errors",
             "-q",
             f"--junitxml={junit}",
+            *extra,
             str(tmp_path),
         ],
         cwd=tmp_path,
@@ -97,9 +101,17 @@ def test_outside_ci_skips_stay_skips(tmp_path: Path) -> None:
     assert len(outcomes) == 6, outcomes  # five skips and the xfail in the test file
 
 
+#: In this process, and in two ``pytest -n`` workers (pytest-xdist: the README's test
+#: command), where reports are made in the workers and summed up in the controller.
+WORKERS = [pytest.param((), id="one-process"), pytest.param(("-n", "2"), id="xdist")]
+
+
+@pytest.mark.parametrize("extra", WORKERS)
 @pytest.mark.parametrize("ci", ["true", "1"])
-def test_under_ci_every_skip_fails_but_the_allowed_ones(tmp_path: Path, ci: str) -> None:
-    outcomes, out = run_suite(tmp_path, ci=ci)
+def test_under_ci_every_skip_fails_but_the_allowed_ones(
+    tmp_path: Path, ci: str, extra: tuple[str, ...]
+) -> None:
+    outcomes, out = run_suite(tmp_path, ci=ci, extra=extra)
     assert outcomes["test_passes"] == "passed"
     assert outcomes["test_allowed_sdk_skip"] == "skipped"
     for name in (
@@ -121,6 +133,7 @@ def test_under_ci_every_skip_fails_but_the_allowed_ones(tmp_path: Path, ci: str)
     ):
         assert f"this skip fails (the allowed reasons are in tests/skip_policy.py): {reason}" in out
     assert "skips allowed under CI" in out and "time travel" in out
+    assert out.count("time travel") == 1, out  # listed once
 
 
 def test_ci_false_is_not_ci(tmp_path: Path) -> None:
