@@ -345,7 +345,7 @@ class _Reader(RawReader):
             import asyncpg
 
             self._pg = await asyncpg.connect(PG_DSN, timeout=10)
-        return await _postgres_raw(self._pg, self.schema, session_id)
+        return await _postgres_raw(self._pg, self.schema, self.prefix, session_id)
 
     async def close(self) -> None:
         pg, self._pg = self._pg, None
@@ -353,9 +353,9 @@ class _Reader(RawReader):
             await pg.close()
 
 
-async def _postgres_raw(conn: Any, schema: str, session_id: str) -> RawSession:
+async def _postgres_raw(conn: Any, schema: str, prefix: str, session_id: str) -> RawSession:
     def table(name: str) -> str:
-        return f'"{schema}"."txs_{name}"'
+        return f'"{schema}"."{prefix}{name}"'
 
     async with conn.transaction(isolation="repeatable_read", readonly=True):
         rows = await conn.fetch(
