@@ -22,6 +22,7 @@ from typing import Any
 __all__ = [
     "CALL_OUTPUT",
     "RULES",
+    "SHAPE_FIELDS",
     "Defect",
     "Shape",
     "answered_calls",
@@ -113,6 +114,8 @@ Shape = dict[str, Any] | None
 
 #: The only fields of an item the rules read.
 _FIELDS = ("type", "role", "id", "call_id", "approval_request_id")
+#: The same, as a set (what :func:`sessions._model.serde.encode_staged` looks keys up in).
+SHAPE_FIELDS = frozenset(_FIELDS)
 
 
 def shape_of(item: dict[str, Any]) -> Shape:

@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from ..errors import InvalidItemError
-from .history import Shape, shape_of
+from .history import SHAPE_FIELDS, Shape, shape_of
 
 logger = logging.getLogger("sessions")
 
@@ -161,19 +161,50 @@ def _encode_fast(item: Any) -> str | None:
         return None
 
 
+def _plain_shape(item: dict[Any, Any]) -> dict[str, Any] | None:
+    """For a ``dict`` item: its shape (:func:`~sessions._model.history.shape_of`) if the
+    item is :func:`_plain`, else ``None``; one walk of its top level for both, where
+    the two apart walk it twice (every staged item comes here). A plain item never
+    holds a ``str`` subclass, the one case where ``shape_of`` gives ``None``."""
+    shape: dict[str, Any] = {}
+    for key, child in item.items():
+        if type(key) is not str:
+            return None
+        kind = type(child)
+        if kind is str:
+            if key in SHAPE_FIELDS:
+                shape[key] = child
+            continue
+        if kind is dict or kind is list:
+            if child and not _plain(child, 1):
+                return None
+        elif kind is float:
+            if child - child != 0:  # NaN or an infinity
+                return None
+        elif kind not in _SCALARS:
+            return None
+        if key in SHAPE_FIELDS:  # as shape_of: a non-string value is None or 0
+            shape[key] = None if child is None else 0
+    return shape
+
+
 def encode_staged(items: Iterable[Any]) -> tuple[list[str], list[Shape]]:
     """:func:`encode_items`, and each item's shape (what the history rules read of it,
     :func:`sessions._model.history.shape_of`), taken from the same objects."""
     texts: list[str] = []
     shapes: list[Shape] = []
     for index, item in enumerate(_item_list(items)):
-        text = None
-        if type(item) is dict and _plain(item, 0):  # _encode_fast, in this frame
-            try:
-                text = _dumps(item).decode()
-            except orjson.JSONEncodeError:
-                pass
-        texts.append(encode_item(item, index) if text is None else text)
+        if type(item) is dict:  # _encode_fast and shape_of, in this frame
+            shape = _plain_shape(item)
+            if shape is not None:
+                try:
+                    texts.append(_dumps(item).decode())
+                except orjson.JSONEncodeError:
+                    pass
+                else:
+                    shapes.append(shape)
+                    continue
+        texts.append(encode_item(item, index))
         shapes.append(shape_of(item))  # a dict: encode_item refuses anything else
     return texts, shapes
 

@@ -20,6 +20,7 @@ from sessions._model.history import (
     check_history,
     first_valid_start,
     pairing_kept,
+    shape_of,
     split_pair,
 )
 from sessions._model.serde import encode_staged
@@ -240,6 +241,19 @@ def test_the_rules_judge_a_staged_items_shape_exactly_as_its_stored_json(
     for item, shape in zip(items, shapes, strict=True):
         odd = any(isinstance(v, _EqualToAll) for k, v in item.items() if k != "content")
         assert (shape is None) == odd  # a subclass's value in a field the rules read
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(_ITEMS, max_size=8))
+@example(items=[{"type": "message", "role": None, "id": 0, "call_id": 1.5, "content": []}])
+@example(items=[{"call_id": 2**70, "role": "user"}])  # orjson refuses, json writes it
+def test_a_staged_items_shape_is_shape_of_the_item_whichever_path_encoded_it(
+    items: list[dict[str, Any]],
+) -> None:
+    """``encode_staged`` takes a plain item's shape in the same walk that checks it is
+    plain; every shape it gives is what ``shape_of`` gives for the item."""
+    _, shapes = encode_staged(items)
+    assert shapes == [shape_of(item) for item in items]
 
 
 def test_split_pair_ignores_an_output_repeating_one_given_before_the_cut() -> None:
