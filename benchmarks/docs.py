@@ -38,6 +38,7 @@ DOCUMENTS = (
     "docs/RELIABILITY.md",
     "docs/history.md",
     "docs/catalogue.md",
+    "docs/cli.md",
 )
 
 _BEGIN = "<!-- generated:{name} (python -m benchmarks.docs; do not edit) -->"
@@ -357,8 +358,9 @@ def render() -> dict[str, str]:
 
 
 def _register_others() -> None:
-    """Fragments of the other commands (failover, scale, catalogue), if they exist here."""
-    for module in ("failover", "scale", "catalogue"):
+    """Fragments of the other commands (failover, scale, catalogue, doctor), if they
+    exist here."""
+    for module in ("failover", "scale", "catalogue", "doctor"):
         try:
             __import__(f"benchmarks.{module}")
         except ImportError:
