@@ -146,14 +146,16 @@ def _encode_fast(item: Any) -> str | None:
     """``item`` as JSON text by orjson (several times faster than ``json``: a session
     encodes every item it stages), or ``None`` where only :func:`encode_item` can say.
 
-    Only for :func:`_plain` items, whose JSON value is then the one ``json`` would
+    Only for :func:`_plain` items (judged by :func:`_plain_shape`, the walk
+    :func:`encode_staged` makes, so tests of this function test that walk), whose JSON
+    value is then the one ``json`` would
     write: orjson would write NaN as ``null`` and accept ``UUID`` or ``Enum`` values,
     which ``json`` refuses. It refuses, and :func:`encode_item` then judges, integers
     beyond 64 bits, lone surrogates and nesting past its own limit. The texts may
     differ from ``json``'s in float notation only (``1e+16`` is ``1e16``): the same
     value. Bulk writers (import, migration) keep ``json``: their batch ids hash texts.
     """
-    if type(item) is not dict or not _plain(item, 0):
+    if type(item) is not dict or _plain_shape(item) is None:
         return None
     try:
         return _dumps(item).decode()
